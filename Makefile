@@ -1,0 +1,41 @@
+# One command for each habit (STYLE.md rule 14). Every target sets itself up first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: setup demo synthetic test unit lint ci bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# torch first and exactly: on our machines 2.13.0 resolves to a local CPU build (no CUDA download).
+	DS_BUILD_OPS=0 $(BIN)/pip install -q -c constraints.txt torch==2.13.0
+	DS_BUILD_OPS=0 $(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# The main job on the embedded default (CPU, local store).
+demo: setup
+	$(BIN)/orchestrate synthetic --plot runs/synthetic/figure1.png --json runs/synthetic/figure1.json
+
+synthetic: demo
+
+lint: setup
+	$(BIN)/ruff check .
+
+unit: setup
+	$(BIN)/pytest tests/unit -q
+
+test: setup lint
+	$(BIN)/pytest -q
+
+ci: test
+
+bench: setup
+	$(BIN)/python bench/synthetic.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

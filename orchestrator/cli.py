@@ -1,0 +1,53 @@
+"""`orchestrate`: thin commands over the library (STYLE.md rule 11).
+
+Each command lives in `orchestrator/commands/<name>.py` and exposes `register(subparsers)`, which adds its
+parser (with --help and an example) and sets `func(args) -> int`. A user mistake is reported as one clear
+message with its fix, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from trainer.config import ConfigError
+
+from . import commands
+
+
+class UserError(Exception):
+    """A mistake the user can fix; printed without a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="orchestrate",
+        description="Sweeps of KL-regularized RL fine-tuning on Slurm (A Comedy of Estimators, arXiv 2512.21852).",
+        epilog="Example: orchestrate synthetic --lengths 2,4,8 --json toy.json",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, UserError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

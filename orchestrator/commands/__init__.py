@@ -1,0 +1,1 @@
+"""One module per `orchestrate` command; each exposes register(subparsers)."""
