@@ -12,14 +12,8 @@ import importlib
 import pkgutil
 import sys
 
-from trainer.config import ConfigError
-
 from . import commands
-
-
-class UserError(Exception):
-    """A mistake the user can fix; printed without a traceback."""
-
+from .errors import ConfigError, UserError
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
