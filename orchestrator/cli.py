@@ -15,6 +15,7 @@ import sys
 from . import commands
 from .errors import ConfigError, UserError
 
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="orchestrate",
