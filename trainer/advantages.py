@@ -122,8 +122,10 @@ def policy_gradient_loss(
     grad w = grad log pi, so the loss gradient is -A * grad log pi: REINFORCE).
     Clipping (cfg.clip_eps) only bites off-policy, where w != 1.
     """
+    maskb = mask.bool()
     old = logp.detach() if old_logp is None else old_logp.detach()
-    w = torch.exp(logp - old)
+    # Zero the log-ratio on padding before exp(): a masked output alone still back-propagates 0 * inf = NaN.
+    w = torch.exp((logp - old).masked_fill(~maskb, 0.0))
     unclipped = -advantages * w
     surrogate = unclipped
     if cfg.clip_eps is not None:
@@ -132,7 +134,6 @@ def policy_gradient_loss(
     loss = aggregate(surrogate, mask, cfg.aggregation, cfg.norm_length, num_tokens, num_seqs)
     if not with_metrics:
         return loss, {}
-    maskb = mask.bool()
     clip_frac = torch.zeros(())
     if cfg.clip_eps is not None:
         clip_frac = ((clipped.detach() > unclipped.detach()) & maskb).sum() / maskb.sum().clamp(min=1)

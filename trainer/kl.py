@@ -21,7 +21,7 @@ Two gradient targets are named throughout (see tests/unit/test_kl_gradients.py):
     the sequence-level gradient minus that (equations 19 and 45).
 
 All per-token tensors are [B, T] with a boolean/0-1 `mask` [B, T] of response tokens; padded positions are
-zeroed with `masked_fill`, never multiplied, so an overflow on padding cannot turn into NaN.
+zeroed with `masked_fill` (inputs and outputs), never multiplied, so an overflow on padding cannot turn into NaN.
 """
 
 from __future__ import annotations
@@ -150,7 +150,11 @@ def kl_terms(
     behavior_logp [B, T] or None: log mu(y_t) of the policy that sampled y (None = on-policy, mu = pi_theta).
     The reward side uses the behaviour log-probs: its KL is a property of the sample, fixed when it was drawn.
     """
-    ref_logp = ref_logp.detach()
+    # Zero the inputs on padding first: masking only the output still lets backward compute 0 * inf = NaN
+    # through exp() of a garbage log-ratio.
+    logp, ref_logp = _masked(logp, mask), _masked(ref_logp.detach(), mask)
+    if behavior_logp is not None:
+        behavior_logp = _masked(behavior_logp, mask)
     ref_c, clamped = clamp_log_ratio(logp, ref_logp, mask, cfg.clamp)
     zeros = torch.zeros_like(logp)
     reward_penalty, loss_tokens = zeros.detach(), zeros
