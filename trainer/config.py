@@ -8,6 +8,7 @@ Hydra/OmegaConf stays at the entry point; below it, these plain dataclasses.
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import math
 import typing
@@ -422,23 +423,29 @@ _SCHEMA: dict[type, tuple[list[str], list[str], dict, str]] = {}
 
 
 def _schema(cls) -> tuple[list[str], list[str], dict, str]:
-    """(field names, required names, type hints, the default `path` of its `problems`) of a component
-    dataclass, computed once: expansion builds thousands of configs."""
+    """(field names, required names, each field's conversion, the default `path` of its `problems`) of a
+    component dataclass, computed once: expansion builds thousands of configs."""
     if cls not in _SCHEMA:
         names = [f.name for f in fields(cls)]
         required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
         default = inspect.signature(cls.problems).parameters["path"].default
-        _SCHEMA[cls] = (names, required, typing.get_type_hints(cls), default)
+        _SCHEMA[cls] = (names, required, {k: _conversion(h) for k, h in typing.get_type_hints(cls).items()},
+                        default)
     return _SCHEMA[cls]
 
 
-def _coerce(hint, value):
+def _conversion(hint) -> str:
+    if hint is float or float in typing.get_args(hint):
+        return "float"
+    return "tuple" if hint is tuple or typing.get_origin(hint) is tuple else ""
+
+
+def _coerce(conversion: str, value):
     """The only conversions a YAML value needs: 1 -> 1.0 where a float is expected (one spelling per value
     keeps run_keys unique), a list -> a tuple where a tuple is expected; the rest is checked as it is."""
-    args = typing.get_args(hint)
-    if (hint is float or float in args) and _is_int(value):
+    if conversion == "float" and _is_int(value):
         return float(value)
-    if (hint is tuple or typing.get_origin(hint) is tuple) and isinstance(value, list):
+    if conversion == "tuple" and isinstance(value, list):
         return tuple(value)
     return value
 
@@ -451,6 +458,9 @@ def build(cls, data, path: str, problems: list[str]):
     if not isinstance(data, Mapping):
         problems.append(f"{path}: {data!r} is not a mapping; give a mapping with keys: {', '.join(names)}")
         return None
+    memo = _memo_key(cls, path, data)
+    if memo is not None and memo in _BUILT:
+        return _BUILT[memo]
     before = len(problems)
     _unknown_keys(problems, path, data, names)
     problems.extend(f"{_join(path, name)}: missing; this key is required"
@@ -458,14 +468,34 @@ def build(cls, data, path: str, problems: list[str]):
     if len(problems) > before:
         return None
     try:
-        return cls(**{k: _coerce(hints[k], v) for k, v in data.items()})
+        built = cls(**{k: _coerce(hints[k], v) for k, v in data.items()})
     except ConfigError as err:
         for p in err.problems:  # "<default path>.key: ..." -> "<path>.key: ..."
             rest = p[len(default):] if p.startswith(default) else f": {p}"
             problems.append(path + rest if path else rest.lstrip(".: "))
     except (TypeError, ValueError, AttributeError) as err:  # a check that choked on a junk value
         problems.append(f"{path}: {err}")
+    else:
+        if memo is not None:
+            if len(_BUILT) > 4096:
+                _BUILT.clear()
+            _BUILT[memo] = built
+        return built
     return None
+
+
+# Frozen components built from equal plain values are equal: a sweep's cells share most of them, so each is
+# built (and checked) once. The key holds each value's type too, because True == 1 and 1 == 1.0.
+_BUILT: dict[tuple, object] = {}
+
+
+def _memo_key(cls, path: str, data: Mapping) -> tuple | None:
+    try:
+        key = (cls, path, *((k, type(v), v) for k, v in data.items()))
+        hash(key)
+    except TypeError:  # a list or dict value: not worth freezing
+        return None
+    return key
 
 
 def _jsonable(value) -> bool:
@@ -549,11 +579,16 @@ class RunConfig:
         """Plain, YAML/JSON-ready values (tuples become lists), every field included."""
         out: dict = {}
         for name in _COMPONENTS:
-            part = getattr(self, name)
-            out[name] = {key: _plain(getattr(part, key)) for key in _schema(type(part))[0]}
+            out[name] = {k: list(v) if type(v) is tuple else v for k, v in _items(getattr(self, name))}
         out["seed"] = self.seed
         out["collapse"] = _plain(self.collapse)
         return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _items(part) -> tuple:
+    """A component's (field, plain value) pairs; cells share components, so each is listed once."""
+    return tuple((k, getattr(part, k)) for k in _schema(type(part))[0])  # scalars, or tuples of scalars
 
 
 def _plain(value):
