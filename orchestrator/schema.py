@@ -1,0 +1,390 @@
+"""The sweep file's header and the Slurm profiles: frozen dataclasses, validated once at load (STYLE.md rule 4).
+
+A sweep header (`sweep:` in a sweep file) says which cells to run: a union of grid blocks, each the product of
+its axes (and of the shared `axes`), times `seeds`. Axis values use Hydra's sweep syntax (`k1,k3`, `range(0,3)`,
+`choice(a,b)`), parsed by Hydra's own override parser. A Slurm profile says what one job of a cell asks for.
+Every problem is collected with its key path, the bad value and what to write instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ValueType
+from hydra.errors import HydraException
+
+from trainer.config import ConfigError, RunConfig, _int, _str, build, raise_if
+
+PROFILES = Path(__file__).resolve().parents[1] / "slurm" / "profiles"
+CPU_PARAMS_B = 2.0  # a model larger than this (billions of parameters) needs a profile with GPUs
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+RESOURCE_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task", "mem_gb", "time_min", "constraint")
+_PARSER: list[OverridesParser] = []
+
+
+def _parser() -> OverridesParser:
+    if not _PARSER:
+        _PARSER.append(OverridesParser.create())
+    return _PARSER[0]
+
+
+# --- Slurm profiles -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SlurmResources:
+    """What one array task asks for: `nodes` x `tasks_per_node` ranks, each with `cpus_per_task` CPUs."""
+
+    nodes: int = 1
+    gpus_per_node: int = 0
+    tasks_per_node: int = 1
+    cpus_per_task: int = 1
+    mem_gb: float = 4.0  # per node
+    time_min: int = 60
+    constraint: str | None = None
+
+    def __post_init__(self) -> None:
+        raise_if(self.problems(), "resources")
+
+    def problems(self, path: str = "resources") -> list[str]:
+        p: list[str] = []
+        _int(p, f"{path}.nodes", self.nodes, 1)
+        _int(p, f"{path}.gpus_per_node", self.gpus_per_node, 0)
+        _int(p, f"{path}.tasks_per_node", self.tasks_per_node, 1)
+        _int(p, f"{path}.cpus_per_task", self.cpus_per_task, 1)
+        if not isinstance(self.mem_gb, (int, float)) or isinstance(self.mem_gb, bool) or not self.mem_gb > 0:
+            p.append(f"{path}.mem_gb: {self.mem_gb!r}; give the memory per node in GB, a number > 0")
+        _int(p, f"{path}.time_min", self.time_min, 1)
+        _str(p, f"{path}.constraint", self.constraint, optional=True)
+        return p
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class SizeClass:
+    """Training resources for models of at most `max_params_b` billion parameters."""
+
+    max_params_b: float
+    resources: SlurmResources
+
+
+@dataclass(frozen=True)
+class SlurmProfile:
+    """A cluster: where jobs go (partition, account, qos), the training resources (by model size where the
+    size changes them), the evaluation resources, and the array limits (`%N` throttle, MaxArraySize)."""
+
+    name: str
+    partition: str
+    train: SlurmResources
+    eval: SlurmResources
+    account: str | None = None
+    qos: str | None = None
+    array_parallelism: int = 16
+    max_array_size: int = 1000
+    by_model_size: tuple[SizeClass, ...] = ()
+
+    def __post_init__(self) -> None:
+        raise_if(self.problems(), f"slurm profile {self.name}")
+
+    def problems(self, path: str = "slurm") -> list[str]:
+        p: list[str] = []
+        _str(p, f"{path}.partition", self.partition)
+        _str(p, f"{path}.account", self.account, optional=True)
+        _str(p, f"{path}.qos", self.qos, optional=True)
+        _int(p, f"{path}.array_parallelism", self.array_parallelism, 1)
+        _int(p, f"{path}.max_array_size", self.max_array_size, 1)
+        return p
+
+    def train_resources(self, params_b: float | None) -> SlurmResources:
+        """The smallest size class that holds a model of `params_b` billion parameters, else the defaults."""
+        if params_b is not None:
+            for size in self.by_model_size:
+                if params_b <= size.max_params_b:
+                    return size.resources
+        return self.train
+
+    @classmethod
+    def from_dict(cls, data: Any, name: str, path: str = "slurm") -> SlurmProfile:
+        """Flat resource keys are the training resources; `eval:` and `by_model_size:` entries hold theirs."""
+        problems: list[str] = []
+        if not isinstance(data, Mapping):
+            raise_if([f"{path}: {data!r} is not a mapping; see slurm/profiles/local.yaml"], f"slurm profile {name}")
+        valid = ("partition", "account", "qos", "array_parallelism", "max_array_size", "eval", "by_model_size",
+                 *RESOURCE_KEYS)
+        problems += [f"{path}.{k}: unknown key; valid: {', '.join(valid)}" for k in data if k not in valid]
+        top = {k: data[k] for k in valid[:5] if k in data}
+        train = build(SlurmResources, {k: data[k] for k in RESOURCE_KEYS if k in data}, path, problems)
+        evals = build(SlurmResources, data.get("eval"), f"{path}.eval", problems)
+        sizes = _size_classes(data.get("by_model_size", []), train, f"{path}.by_model_size", problems)
+        if "partition" not in top:
+            problems.append(f"{path}.partition: missing; give the Slurm partition (sinfo lists them)")
+        if problems:
+            raise_if(problems, f"slurm profile {name}")
+        try:
+            return cls(name=name, train=train, eval=evals, by_model_size=sizes, **top)
+        except ConfigError as err:
+            raise ConfigError([path + p[len("slurm"):] for p in err.problems], f"slurm profile {name}") from None
+
+    def to_dict(self) -> dict:
+        out = {"name": self.name, "partition": self.partition, "account": self.account, "qos": self.qos,
+               "array_parallelism": self.array_parallelism, "max_array_size": self.max_array_size}
+        out.update(_resources_dict(self.train))
+        out["eval"] = _resources_dict(self.eval)
+        out["by_model_size"] = [{"max_params_b": s.max_params_b, **_resources_dict(s.resources)}
+                                for s in self.by_model_size]
+        return out
+
+
+def _resources_dict(res: SlurmResources) -> dict:
+    return {k: getattr(res, k) for k in RESOURCE_KEYS}
+
+
+def _size_classes(raw: Any, train: SlurmResources | None, path: str, problems: list[str]) -> tuple:
+    if not isinstance(raw, list):
+        problems.append(f"{path}: {raw!r}; give a list of {{max_params_b: N, <resource keys>}}")
+        return ()
+    sizes = []
+    for i, entry in enumerate(raw):
+        where = f"{path}[{i}]"
+        if not isinstance(entry, Mapping) or "max_params_b" not in entry:
+            problems.append(f"{where}: {entry!r}; give a mapping with max_params_b and resource keys")
+            continue
+        limit = entry["max_params_b"]
+        if not isinstance(limit, (int, float)) or isinstance(limit, bool) or not limit > 0:
+            problems.append(f"{where}.max_params_b: {limit!r}; give a number > 0 (billions of parameters)")
+            continue
+        overrides = {k: v for k, v in entry.items() if k != "max_params_b"}
+        base = _resources_dict(train) if train is not None else {}
+        res = build(SlurmResources, {**base, **overrides}, where, problems)
+        if res is not None:
+            sizes.append(SizeClass(float(limit), res))
+    limits = [s.max_params_b for s in sizes]
+    if len(set(limits)) != len(limits):
+        problems.append(f"{path}: max_params_b values {limits} repeat; give each size class once")
+    return tuple(sorted(sizes, key=lambda s: s.max_params_b))
+
+
+# --- The sweep header ------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Axis:
+    """One sweep axis: a config key (`kl.beta`) or a config group (`model`) and the values it takes."""
+
+    key: str
+    values: tuple
+    text: str  # as written, for messages
+
+
+def parse_axis(key: Any, raw: Any, path: str, problems: list[str]) -> Axis | None:
+    """Parse `key: raw` with Hydra's override parser; None (and a problem) when it cannot be a grid axis."""
+    if not isinstance(key, str) or not key:
+        problems.append(f"{path}: axis key {key!r}; give a config key such as kl.beta or a group such as model")
+        return None
+    where = f"{path}.{key}"
+    if key.startswith(("+", "~")):
+        problems.append(f"{where}: axes set existing keys; drop the {key[0]!r} (unknown keys are refused)")
+        return None
+    if key == "seed" or key.split(".")[0] in ("sweep", "hydra"):
+        problems.append(f"{where}: cannot be an axis; set seeds with sweep.seeds and the header with sweep.*")
+        return None
+    if isinstance(raw, (list, dict)):
+        problems.append(f"{where}: {raw!r} is a YAML {type(raw).__name__}; write the values in Hydra's sweep "
+                        f"syntax as a string (\"a,b\", \"range(0,3)\", \"choice(a,b)\"), or one list value "
+                        f"quoted (\"[a,b]\")")
+        return None
+    text = raw if isinstance(raw, str) else "null" if raw is None else str(raw).lower() if isinstance(
+        raw, bool) else repr(raw)
+    return parse_override_values(f"{key}={text}", where, problems)
+
+
+def parse_override_values(override: str, where: str, problems: list[str]) -> Axis | None:
+    try:
+        parsed = _parser().parse_override(override)
+    except HydraException as err:
+        problems.append(f"{where}: {override!r} is not Hydra override syntax ({_first_line(err)}); "
+                        f"e.g. kl.beta=0.05,0.1 or kl.beta=range(1,4)")
+        return None
+    if parsed.is_delete() or parsed.is_add() or parsed.is_force_add():
+        problems.append(f"{where}: {override!r}; an axis sets an existing key: drop the +, ++ or ~")
+        return None
+    kind = parsed.value_type
+    if kind in (ValueType.INTERVAL_SWEEP, ValueType.GLOB_CHOICE_SWEEP):
+        problems.append(f"{where}: {override!r}; a grid needs listed values, not {kind.name.lower()}: "
+                        f"write them as a,b,c, choice(a,b) or range(start,stop,step)")
+        return None
+    try:
+        values = tuple(parsed.sweep_iterator()) if parsed.is_sweep_override() else (parsed.value(),)
+    except (HydraException, ValueError, TypeError) as err:
+        problems.append(f"{where}: {override!r}: {_first_line(err)}")
+        return None
+    if not values:
+        problems.append(f"{where}: {override!r} gives no values; give at least one")
+        return None
+    return Axis(parsed.key_or_group, values, override.split("=", 1)[1])
+
+
+def _first_line(err: Exception) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The `sweep:` header: cells = union over `grid` blocks of (product of `axes` x the block's axes) x `seeds`."""
+
+    name: str
+    seeds: tuple[int, ...] = (0,)
+    axes: tuple[Axis, ...] = ()
+    grid: tuple[tuple[Axis, ...], ...] = ((),)
+    profile: str = "local"
+    slurm_overrides: dict = field(default_factory=dict)
+    output_root: str = "runs"
+
+    @classmethod
+    def from_dict(cls, data: Any, default_name: str) -> SweepSpec:
+        problems: list[str] = []
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise_if([f"sweep: {data!r} is not a mapping; see sweeps/README.md"], "sweep")
+        valid = ("name", "seeds", "axes", "grid", "slurm", "output_root")
+        problems += [f"sweep.{k}: unknown key; valid: {', '.join(valid)}" for k in data if k not in valid]
+        name = data.get("name", default_name)
+        if not isinstance(name, str) or not NAME.match(name):
+            problems.append(f"sweep.name: {name!r}; give 1-64 letters, digits, '.', '_' or '-' "
+                            f"(it names a directory and the Slurm jobs)")
+        seeds = _seeds(data.get("seeds", [0]), problems)
+        axes = _block(data.get("axes", {}), "sweep.axes", problems)
+        grid = _grid(data.get("grid", [{}]), problems)
+        for i, block in enumerate(grid):
+            for key in {a.key for a in block} & {a.key for a in axes}:
+                problems.append(f"sweep.grid[{i}].{key}: also a shared axis in sweep.axes; keep one of the two")
+        profile, overrides = _slurm(data.get("slurm", {}), problems)
+        root = data.get("output_root", "runs")
+        _str(problems, "sweep.output_root", root)
+        raise_if(problems, "sweep")
+        return cls(name, seeds, axes, grid, profile, overrides, root)
+
+    def with_axis(self, axis: Axis) -> SweepSpec:
+        """The command line's last word on an axis (Hydra's precedence): replace it wherever it appears,
+        else add it to the shared axes."""
+        if axis.key not in self.axis_keys():
+            return replace(self, axes=(*self.axes, axis))
+
+        def swap(axes: tuple[Axis, ...]) -> tuple[Axis, ...]:
+            return tuple(axis if a.key == axis.key else a for a in axes)
+        return replace(self, axes=swap(self.axes), grid=tuple(swap(block) for block in self.grid))
+
+    def axis_keys(self) -> list[str]:
+        keys = [a.key for a in self.axes]
+        keys += [a.key for block in self.grid for a in block if a.key not in keys]
+        return list(dict.fromkeys(keys))
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "seeds": list(self.seeds),
+                "axes": {a.key: a.text for a in self.axes},
+                "grid": [{a.key: a.text for a in block} for block in self.grid],
+                "slurm": {"profile": self.profile, "overrides": self.slurm_overrides},
+                "output_root": self.output_root}
+
+
+def _seeds(raw: Any, problems: list[str]) -> tuple[int, ...]:
+    if isinstance(raw, str):
+        axis = parse_override_values(f"seed={raw}", "sweep.seeds", problems)
+        raw = list(axis.values) if axis else []
+    elif isinstance(raw, int) and not isinstance(raw, bool):
+        raw = [raw]
+    if not isinstance(raw, list) or not raw or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                       and s >= 0 for s in raw):
+        problems.append(f"sweep.seeds: {raw!r}; give a non-empty list of integers >= 0, e.g. [0, 1, 2]")
+        return ()
+    if len(set(raw)) != len(raw):
+        problems.append(f"sweep.seeds: {raw!r} repeats a seed; give each seed once")
+    return tuple(raw)
+
+
+def _block(raw: Any, path: str, problems: list[str]) -> tuple[Axis, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        problems.append(f"{path}: {raw!r}; give a mapping of axis key -> values, e.g. kl.beta: 0.05,0.1")
+        return ()
+    axes = [parse_axis(key, value, path, problems) for key, value in raw.items()]
+    return tuple(a for a in axes if a is not None)
+
+
+def _grid(raw: Any, problems: list[str]) -> tuple[tuple[Axis, ...], ...]:
+    if not isinstance(raw, list) or not raw:
+        problems.append(f"sweep.grid: {raw!r}; give a non-empty list of blocks (mappings of axis -> values); "
+                        f"the cells are the union of the blocks' products")
+        return ((),)
+    return tuple(_block(block, f"sweep.grid[{i}]", problems) for i, block in enumerate(raw))
+
+
+def _slurm(raw: Any, problems: list[str]) -> tuple[str, dict]:
+    if not isinstance(raw, Mapping):
+        problems.append(f"sweep.slurm: {raw!r}; give {{profile: NAME, overrides: {{...}}}}")
+        return "local", {}
+    problems += [f"sweep.slurm.{k}: unknown key; valid: profile, overrides" for k in raw
+                 if k not in ("profile", "overrides")]
+    profile, overrides = raw.get("profile", "local"), raw.get("overrides") or {}
+    _str(problems, "sweep.slurm.profile", profile)
+    if not isinstance(overrides, Mapping):
+        problems.append(f"sweep.slurm.overrides: {overrides!r}; give a mapping of profile keys, e.g. "
+                        f"{{time_min: 600}}")
+        overrides = {}
+    return profile, dict(overrides)
+
+
+# --- loading a profile and checking a run against it -----------------------------------------------------------
+
+def load_profile(name: str, overrides: Mapping, problems: list[str]) -> SlurmProfile | None:
+    """`slurm/profiles/<name>.yaml` (or a .yaml path) with the sweep's overrides merged in; None (and every
+    problem appended) when it cannot be used."""
+    path = Path(name) if name.endswith((".yaml", ".yml")) else PROFILES / f"{name}.yaml"
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        known = ", ".join(sorted(p.stem for p in PROFILES.glob("*.yaml")))
+        problems.append(f"sweep.slurm.profile: {name!r} not found ({path}); valid: {known}, or a .yaml path")
+        return None
+    except yaml.YAMLError as err:
+        problems.append(f"sweep.slurm.profile: {path}: YAML syntax error: {str(err).splitlines()[0]}")
+        return None
+    if isinstance(raw, Mapping):
+        raw = _merge(raw, overrides)
+    try:
+        return SlurmProfile.from_dict(raw, Path(name).stem, path=f"slurm profile {Path(name).stem}")
+    except ConfigError as err:
+        problems.extend(err.problems)
+        return None
+
+
+def _merge(base: Mapping, over: Mapping) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
+
+
+def resource_problems(config: RunConfig, res: SlurmResources, profile: str) -> list[str]:
+    """Cross-checks of a run config against the resources its profile gives it."""
+    p = []
+    if config.rollout.engine == "vllm" and res.gpus_per_node == 0:
+        p.append(f"rollout.engine: 'vllm' needs GPUs but profile {profile!r} gives none; use rollout.engine=hf "
+                 f"(CPU) or a GPU profile (sweep.slurm.profile=a100)")
+    elif config.rollout.engine == "vllm" and config.rollout.tensor_parallel > res.gpus_per_node:
+        p.append(f"rollout.tensor_parallel: {config.rollout.tensor_parallel} > {res.gpus_per_node} GPUs per node "
+                 f"on profile {profile!r}; lower it or ask for more GPUs")
+    size = config.model.params_b
+    if size is not None and size > CPU_PARAMS_B and res.gpus == 0:
+        p.append(f"model.name_or_path: {config.model.name_or_path} ({size:g}B parameters) on profile "
+                 f"{profile!r}, which has no GPUs; use a GPU profile (sweep.slurm.profile=a100) or model=tiny")
+    return p
