@@ -1,0 +1,92 @@
+"""run_key: the same resolved config gives the same key anywhere; any change to what the run computes changes it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from orchestrator.identity import EXCLUDED, _canonical_run_config, canonical_json, identity_dict, run_key
+from orchestrator.sweep import load_sweep
+from trainer.config import RunConfig
+
+REPO = Path(__file__).resolve().parents[2]
+ONPOLICY = REPO / "sweeps" / "onpolicy.yaml"
+
+
+def leaves(data: dict, prefix: str = ""):
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            yield from leaves(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def changed(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, list):
+        return value + value[:1]
+    if value is None:
+        return 1
+    return {"x": 1}
+
+
+def test_same_sweep_same_keys_across_loads_and_processes():
+    keys = [c.run_key for c in load_sweep(ONPOLICY).cells]
+    assert keys == [c.run_key for c in load_sweep(ONPOLICY).cells]
+    code = ("import json, sys; from orchestrator.sweep import load_sweep; "
+            f"print(json.dumps([c.run_key for c in load_sweep({str(ONPOLICY)!r}).cells]))")
+    other = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
+                           env={"PYTHONHASHSEED": "12345", "PATH": "/usr/bin:/bin"})
+    assert json.loads(other.stdout) == keys
+    assert len(set(keys)) == len(keys) == 102
+    assert all(len(k) == 12 and int(k, 16) >= 0 for k in keys)
+
+
+def test_any_change_to_a_resolved_field_changes_the_key():
+    base = load_sweep(ONPOLICY).cells[0].config.to_dict()
+    key = run_key(base)
+    for path, value in leaves(base):
+        if path.split(".")[0] in EXCLUDED:
+            continue
+        edited = json.loads(json.dumps(base))
+        node = edited
+        *parents, last = path.split(".")
+        for p in parents:
+            node = node[p]
+        node[last] = changed(value)
+        assert run_key(edited) != key, path
+
+
+def test_tracking_is_not_part_of_the_identity():
+    config = load_sweep(ONPOLICY).cells[0].config.to_dict()
+    moved = {**config, "tracking": {"tracking_uri": "http://elsewhere:5000", "experiment": "other"}}
+    assert run_key(moved) == run_key(config)
+
+
+def test_key_is_independent_of_dict_order():
+    config = load_sweep(ONPOLICY).cells[5].config.to_dict()
+    reordered = {k: dict(reversed(list(v.items()))) if isinstance(v, dict) else v
+                 for k, v in reversed(list(config.items()))}
+    assert list(reordered) != list(config)
+    assert run_key(reordered) == run_key(config)
+
+
+def test_the_fast_path_agrees_with_the_definition():
+    for cell in load_sweep(REPO / "sweeps" / "async.yaml").cells:
+        assert _canonical_run_config(cell.config) == canonical_json(identity_dict(cell.config))
+        assert run_key(cell.config) == run_key(cell.config.to_dict())
+    config = RunConfig.from_dict({"model": {"name_or_path": "m"}, "collapse": {"b": [1, 2], "a": None}})
+    assert run_key(config) == run_key(config.to_dict())
+
+
+def test_int_and_float_spellings_of_a_value_give_one_key():
+    one = RunConfig.from_dict({"model": {"name_or_path": "m"}, "kl": {"placement": "reward", "beta": 1}})
+    other = RunConfig.from_dict({"model": {"name_or_path": "m"}, "kl": {"placement": "reward", "beta": 1.0}})
+    assert run_key(one) == run_key(other)
