@@ -1,0 +1,98 @@
+"""`orchestrate validate` and `orchestrate sweep` through the CLI entry point: exit codes, output, and a dry run
+that touches nothing on disk."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+SWEEPS = REPO / "sweeps"
+
+
+def snapshot(*roots: Path) -> dict:
+    """Every file and directory under the roots with its size and mtime."""
+    seen = {}
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+            for name in [*dirnames, *filenames]:
+                path = Path(dirpath) / name
+                stat = path.stat()
+                seen[str(path)] = (stat.st_size, stat.st_mtime_ns)
+    return seen
+
+
+def test_validate_a_valid_sweep(capsys):
+    assert main(["validate", str(SWEEPS / "onpolicy.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "onpolicy.yaml: valid" in out and "102 cells" in out and "profile a100" in out
+
+
+def test_validate_an_invalid_sweep_lists_every_problem(capsys):
+    code = main(["validate", str(SWEEPS / "onpolicy.yaml"), "kl.estimator=k4,k1", "optim.stepz=3", "+new.key=1"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert "Traceback" not in captured.err
+    assert "3 problem(s)" in captured.err
+    assert "cells with kl.estimator=k4" in captured.err and "valid: k1, k2, k3" in captured.err
+    assert "optim.stepz: unknown key (did you mean 'steps'?)" in captured.err
+    assert "new: unknown key; valid: model, data" in captured.err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["validate", "sweeps/nope.yaml"], "no such file"),
+    (["validate", str(SWEEPS / "smoke.yaml"), "model=nope"], "Could not find 'model/nope'; valid:"),
+    (["validate", str(SWEEPS / "smoke.yaml"), "optim.steps=1,"], "not Hydra override syntax"),
+    (["sweep", "--dry-run", str(SWEEPS / "smoke.yaml"), "sweep.slurm.profile=gone"], "'gone' not found"),
+])
+def test_user_mistakes_end_in_one_message_and_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_dry_run_prints_the_plan_and_touches_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    before = snapshot(tmp_path, SWEEPS, REPO / "slurm" / "profiles")
+    assert main(["sweep", "--dry-run", str(SWEEPS / "onpolicy.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert snapshot(tmp_path, SWEEPS, REPO / "slurm" / "profiles") == before
+    assert not (tmp_path / "runs").exists()
+    from orchestrator.sweep import load_sweep
+    for cell in load_sweep(SWEEPS / "onpolicy.yaml").cells[:20]:  # the table's rows carry the run_keys
+        assert cell.run_key in out and cell.name in out
+    for text in ("sweep onpolicy: 102 cells", "job arrays on profile a100", "train-0 (102 tasks) --aftercorr--> eval-0",
+                 "#SBATCH --array=0-101%8", "#SBATCH --dependency='aftercorr:<job id of onpolicy-train-0>'",
+                 "dry run: nothing written, nothing submitted"):
+        assert text in out, text
+
+
+def test_sweep_without_dry_run_writes_run_dirs_and_stops_before_slurm(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", str(SWEEPS / "smoke.yaml"), "optim.steps=2"]) == 1
+    captured = capsys.readouterr()
+    assert "Slurm submission is not wired yet" in captured.err and "nothing was submitted" in captured.err
+    sweep_dir = tmp_path / "runs" / "smoke"
+    assert (sweep_dir / "manifest.json").is_file()
+    assert len(list(sweep_dir.glob("*/config.yaml"))) == 2
+    assert "wrote 2 run dir(s)" in captured.out
+
+
+def test_an_invalid_sweep_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", str(SWEEPS / "smoke.yaml"), "kl.estimator=k9"]) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["validate", "sweep"])
+def test_help_has_examples(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([command, "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out and f"orchestrate {command}" in out
