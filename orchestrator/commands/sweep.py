@@ -63,12 +63,13 @@ def print_plan(console: Console, sweep: Sweep, plan: Plan, rows: int) -> None:
     group_of = {i: g.name for g in plan.train for i in g.cells}
     cells = Table(title=f"sweep {sweep.name}: {len(sweep.cells)} cells ({sweep.source})")
     for column in ("#", "name", *keys, "seed", "run_key", "array"):
-        cells.add_column(column, no_wrap=column in ("run_key", "name"))
+        cells.add_column(column, no_wrap=True)
     shown = sweep.cells if rows <= 0 else sweep.cells[:rows]
     for cell in shown:
         axes = dict(cell.axes)
-        cells.add_row(str(cell.index), cell.name, *(format_value(axes[k]) if k in axes else "" for k in keys),
-                      str(axes["seed"]), cell.run_key, group_of.get(cell.index, "-"))
+        values = (format_value(axes[k]) if k in axes else "" for k in keys)
+        cells.add_row(str(cell.index), cell.name, *values, str(axes["seed"]), cell.run_key,
+                      group_of.get(cell.index, "-"))
     console.print(cells)
     if len(shown) < len(sweep.cells):
         console.print(f"... and {len(sweep.cells) - len(shown)} more cells (--rows 0 shows all)")
@@ -90,4 +91,4 @@ def print_plan(console: Console, sweep: Sweep, plan: Plan, rows: int) -> None:
     console.print("counts: " + ", ".join(f"{k} {v}" for k, v in plan.counts().items()))
     for g in plan.groups:
         console.print(Rule(f"sbatch script: {sweep.name}-{g.name}"))
-        console.print(render_sbatch(sweep, plan, g), markup=False, soft_wrap=True)  # no wrapped lines
+        console.print(render_sbatch(sweep, plan, g), soft_wrap=True)  # no wrapped lines in a script

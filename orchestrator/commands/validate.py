@@ -7,6 +7,7 @@ import sys
 
 from rich.console import Console
 
+from orchestrator.identity import format_value
 from orchestrator.plan import Plan, make_plan
 from orchestrator.sweep import Sweep, load_sweep
 
@@ -45,15 +46,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def console() -> Console:
-    """Rich output; 160 columns when not a terminal, so logs and tests get whole table rows."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    """Rich output without markup (values like [countdown] print as they are); 240 columns when not a
+    terminal, so logs and tests get whole table rows."""
+    return Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 240)
 
 
 def summary(sweep: Sweep, plan: Plan) -> list[str]:
     spec, counts = sweep.spec, plan.counts()
     blocks = len(spec.grid)
-    axes = ", ".join(f"{key} ({len({dict(c.axes).get(key) for c in sweep.cells if key in dict(c.axes)})})"
-                     for key in spec.axis_keys())
+    values: dict[str, set[str]] = {key: set() for key in spec.axis_keys()}
+    for cell in sweep.cells:
+        for key, value in cell.axes:
+            values.get(key, set()).add(format_value(value))
+    axes = ", ".join(f"{key} ({len(seen)})" for key, seen in values.items())
     dropped = f", {sweep.duplicates} duplicate(s) dropped" if sweep.duplicates else ""
     seeds = ",".join(map(str, spec.seeds))
     profile = sweep.profile

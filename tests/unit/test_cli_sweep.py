@@ -33,6 +33,12 @@ def test_validate_a_valid_sweep(capsys):
     assert "onpolicy.yaml: valid" in out and "102 cells" in out and "profile a100" in out
 
 
+@pytest.mark.parametrize("name", sorted(p.stem for p in SWEEPS.glob("*.yaml")))
+def test_validate_every_shipped_sweep(name, capsys):
+    assert main(["validate", str(SWEEPS / f"{name}.yaml")]) == 0
+    assert f"sweep {name}: " in capsys.readouterr().out
+
+
 def test_validate_an_invalid_sweep_lists_every_problem(capsys):
     code = main(["validate", str(SWEEPS / "onpolicy.yaml"), "kl.estimator=k4,k1", "optim.stepz=3", "+new.key=1"])
     captured = capsys.readouterr()
@@ -54,6 +60,12 @@ def test_user_mistakes_end_in_one_message_and_exit_2(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_dry_run_of_a_sweep_with_list_values_and_two_arrays(capsys):
+    assert main(["sweep", "--dry-run", str(SWEEPS / "async.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "[countdown]" in out and "train-1 (15 tasks) --aftercorr--> eval-1 (15 tasks)" in out
 
 
 def test_dry_run_prints_the_plan_and_touches_nothing(tmp_path, monkeypatch, capsys):
