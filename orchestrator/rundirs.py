@@ -35,6 +35,14 @@ class Materialised:
 def materialise(sweep: Sweep, plan: Plan, root: str | Path | None = None) -> Materialised:
     """Write each cell's config.yaml (never rewriting an existing run's) and the manifest."""
     sweep_dir = Path(root if root is not None else sweep.spec.output_root) / sweep.name
+    try:
+        return _materialise(sweep, plan, sweep_dir)
+    except OSError as err:
+        raise UserError(f"cannot write the run dirs under {sweep_dir}: {err}; set sweep.output_root to a "
+                        f"writable directory (on a cluster: one every node can read)") from None
+
+
+def _materialise(sweep: Sweep, plan: Plan, sweep_dir: Path) -> Materialised:
     written = unchanged = kept = 0
     for cell in sweep.cells:
         path = sweep_dir / cell.run_key / "config.yaml"

@@ -106,3 +106,11 @@ def test_atomic_write_replaces_whole_files(tmp_path):
     atomic_write(target, "one")
     atomic_write(target, "two")
     assert target.read_text() == "two" and [p.name for p in target.parent.iterdir()] == ["b.txt"]
+
+
+def test_an_unwritable_output_root_is_a_user_error(sweep_file, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    sweep = load_sweep(sweep_file)
+    with pytest.raises(UserError, match="cannot write the run dirs"):
+        materialise(sweep, make_plan(sweep), blocker)
