@@ -30,7 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Overrides may come after options (orchestrate sweep x.yaml --dry-run kl.beta=0.1): argparse stops
+    # collecting a positional list at the first option, so the leftovers are handed back to `overrides`.
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if not hasattr(args, "overrides") or any(e.startswith("-") for e in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = list(args.overrides or []) + extra
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -1,0 +1,71 @@
+"""Training and validation prompts: local jsonl (or the tiny task, generated), a deterministic order, the prompt text.
+
+Jobs on compute nodes never touch the network: datasets are local files written by `orchestrate data prepare`.
+The batch at step s is a pure function of (seed, s), so resuming needs only the step, and every rank computes the
+same batch and takes its own share.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import tasks
+from .config import DataConfig
+
+# The instruction appended to each problem (verl's MATH recipe; the tiny model was warm-started with its own).
+PROMPT_SUFFIX = {
+    "math": " Let's think step by step and output the final answer within \\boxed{}.",
+    "countdown": " Show your work, then give the final expression within \\boxed{}.",
+    "tiny": "",
+}
+
+
+class DataError(ValueError):
+    """Missing or malformed data; the message says how to prepare it."""
+
+
+def load_examples(cfg: DataConfig, split: str, seed: int = 0) -> list[dict]:
+    """The examples of `split` ('train' or the validation split) as dicts with at least 'problem' and 'answer'."""
+    path = cfg.train_path if split == "train" else cfg.val_path
+    if cfg.dataset == "tiny" and path is None:
+        return tasks.make_split(split if split in tasks.SPLITS else "test", seed=0)
+    if path is None:
+        raise DataError(f"data.{'train_path' if split == 'train' else 'val_path'} is not set for dataset "
+                        f"{cfg.dataset!r}; run `orchestrate data prepare` and point it at the jsonl file")
+    file = Path(path)
+    if not file.exists():
+        raise DataError(f"{file} does not exist; run `orchestrate data prepare` (or fix data paths in the sweep)")
+    rows = tasks.read_jsonl(file)
+    bad = [i for i, r in enumerate(rows) if "problem" not in r or "answer" not in r]
+    if not rows or bad:
+        raise DataError(f"{file}: {len(bad)} of {len(rows)} rows lack 'problem'/'answer' (first: line {bad[0] + 1})"
+                        if bad else f"{file} is empty")
+    return rows
+
+
+@dataclass
+class PromptOrder:
+    """A fresh permutation of the examples every epoch, seeded: batch(step) is pure in (seed, step)."""
+
+    size: int
+    seed: int
+
+    def indices(self, step: int, batch: int) -> list[int]:
+        out, start = [], step * batch
+        while len(out) < batch:
+            epoch, offset = divmod(start + len(out), self.size)
+            perm = list(range(self.size))
+            random.Random(f"{self.seed}:{epoch}").shuffle(perm)
+            out.extend(perm[offset : offset + batch - len(out)])
+        return out
+
+
+def prompt_text(tokenizer, example: dict, dataset: str, chat_template: bool) -> str:
+    """The exact text the policy is conditioned on: the problem, its instruction, and the chat template if on."""
+    content = example["problem"] + PROMPT_SUFFIX.get(dataset, "")
+    if not chat_template:
+        return content
+    return tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
+                                         add_generation_prompt=True)

@@ -1,0 +1,119 @@
+"""Process group and DeepSpeed ZeRO-3 setup, the same code on a GPU cluster and on CPU ranks.
+
+Under Slurm (srun, one task per GPU) the rank layout comes from SLURM_* variables; standalone (`orchestrate train`
+in a shell) it is one rank on localhost. On CPU, DeepSpeed runs with DS_ACCELERATOR=cpu over gloo (facts in
+shared/reference/local-slurm-facts.md); the process group is always destroyed before exit, or the interpreter
+aborts ("terminate called without an active exception").
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _slurm_env() -> dict[str, str] | None:
+    """torch.distributed's env:// variables from an srun step's SLURM_* variables (None outside srun)."""
+    if "SLURM_PROCID" not in os.environ or "SLURM_NTASKS" not in os.environ:
+        return None
+    nodes = os.environ.get("SLURM_JOB_NODELIST") or os.environ.get("SLURM_NODELIST", "localhost")
+    try:
+        master = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True,
+                                check=True).stdout.split()[0]
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        master = nodes.split(",")[0]
+    job = int(os.environ.get("SLURM_JOB_ID", "0"))
+    return {
+        "RANK": os.environ["SLURM_PROCID"],
+        "WORLD_SIZE": os.environ["SLURM_NTASKS"],
+        "LOCAL_RANK": os.environ.get("SLURM_LOCALID", "0"),
+        "MASTER_ADDR": master,
+        # Same port on every rank, different for jobs sharing a node.
+        "MASTER_PORT": str(20000 + job % 20000),
+    }
+
+
+def setup_environment(cache_dir: Path) -> None:
+    """Choose the accelerator before DeepSpeed is imported, and keep its JIT builds in the project cache."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir / "torch_extensions"))
+
+
+def init(cache_dir: Path) -> DistInfo:
+    """Initialise the process group (gloo on CPU, nccl on GPU) through DeepSpeed, from Slurm or standalone."""
+    setup_environment(cache_dir)
+    env = _slurm_env() or {}
+    if not env and "RANK" not in os.environ:
+        env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(_free_port())}
+    for key, value in env.items():
+        os.environ.setdefault(key, value)
+    import deepspeed
+
+    cuda = torch.cuda.is_available()
+    if not torch.distributed.is_initialized():
+        deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    return DistInfo(torch.distributed.get_rank(), torch.distributed.get_world_size(), local, device)
+
+
+def teardown() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def deepspeed_config(*, bf16: bool, grad_clip: float | None, micro_batches: int) -> dict:
+    """ZeRO stage 3 for the policy. We feed DeepSpeed our own micro-batches and whole-batch loss denominators,
+    so its loss scaling by the accumulation count is switched off at backward (scale_wrt_gas=False)."""
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": micro_batches,
+        "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True},
+        "bf16": {"enabled": bf16},
+        "gradient_clipping": grad_clip or 0.0,
+        "zero_allow_untested_optimizer": True,
+        "wall_clock_breakdown": False,
+        "steps_per_print": 10**9,
+    }
+
+
+def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    """Sum scalars over ranks (whole-batch token counts, metric totals); identity on one rank."""
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        torch.distributed.all_reduce(t)
+    return t.tolist()
+
+
+def all_reduce_max(values: list[float], device: torch.device) -> list[float]:
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    if torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return t.tolist()

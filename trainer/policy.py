@@ -1,0 +1,67 @@
+"""Per-token log-probs of response tokens under a causal LM: the bridge from a model to trainer/kl.py.
+
+A sample is (prompt_ids, response_ids). Prompts are LEFT-padded and responses right-padded, so every response
+starts at the same column P and the logits that predict them are one slice [:, P-1 : P-1+R] (no gather over the
+vocabulary). Position ids come from the attention mask, so left padding does not shift positions.
+The response mask [B, R] marks real response tokens, R = the longest response. Log-probs are taken from logits
+in float32 whatever the model's dtype, because k3 exponentiates log-ratios and bf16 rounding there is visible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class TokenBatch:
+    input_ids: torch.Tensor       # [B, P + R]: left-padded prompt, then right-padded response
+    attention_mask: torch.Tensor  # [B, P + R]
+    prompt_len: int               # P: the column where every response starts
+    response_mask: torch.Tensor   # [B, R] bool
+    response_ids: torch.Tensor    # [B, R] (pad where masked)
+
+    @property
+    def position_ids(self) -> torch.Tensor:
+        return (self.attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> TokenBatch:
+    """Left-pad prompts, right-pad responses. Empty responses are allowed (their mask row is all False)."""
+    B = len(prompts)
+    P, R = max(len(p) for p in prompts), max(1, max(len(r) for r in responses))
+    input_ids = torch.full((B, P + R), pad_id, dtype=torch.long)
+    attention = torch.zeros(B, P + R, dtype=torch.long)
+    response_mask = torch.zeros(B, R, dtype=torch.bool)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        input_ids[i, P - len(p) : P] = torch.tensor(p, dtype=torch.long)
+        attention[i, P - len(p) : P + len(r)] = 1
+        if r:
+            input_ids[i, P : P + len(r)] = torch.tensor(r, dtype=torch.long)
+            response_mask[i, : len(r)] = True
+    return TokenBatch(input_ids, attention, P, response_mask, input_ids[:, P:].clone())
+
+
+def response_logprobs(
+    model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log pi(y_t | x, y<t) for every response token, [B, R], and optionally the entropy of pi(.|x, y<t), [B, R].
+
+    The logits are divided by the sampling temperature so that the log-probs are those of the distribution the
+    rollout engine sampled from (at temperature 1.0, the paper's setting, this is the identity).
+    """
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                position_ids=batch.position_ids, use_cache=False)
+    R = batch.response_mask.shape[1]
+    # The token at column c is predicted by the logits at column c - 1.
+    logits = out.logits[:, batch.prompt_len - 1 : batch.prompt_len - 1 + R].float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logprobs = torch.log_softmax(logits, dim=-1)
+    logp = logprobs.gather(-1, batch.response_ids[..., None]).squeeze(-1)
+    logp = logp.masked_fill(~batch.response_mask, 0.0)
+    entropy = None
+    if with_entropy:
+        entropy = -(logprobs.exp() * logprobs).sum(-1).masked_fill(~batch.response_mask, 0.0).detach()
+    return logp, entropy

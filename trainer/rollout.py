@@ -1,0 +1,113 @@
+"""Rollout engines behind one small interface: HF generate (CPU, and the fallback anywhere) and vLLM (GPU).
+
+    engine.generate(prompt_ids, n, sampling, seed) -> Rollouts     G samples per prompt, group-major
+    engine.sync_weights(model)                                     after each update (no-op when colocated on
+                                                                   the same parameters, as HF is)
+
+The trainer never asks an engine for log-probs it trains on: it recomputes them with the policy
+(trainer/policy.py), so an engine's numerics (vLLM kernels, sampling temperature) cannot leak into the gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """The paper's sampling: temperature 1.0, top_p 1.0, top_k off (set explicitly, never inherited)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 1024
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class Rollouts:
+    """B = len(prompts) * n samples, group-major: rows [g*n, (g+1)*n) answer prompt g."""
+
+    prompt_ids: list[list[int]]
+    response_ids: list[list[int]]
+    truncated: list[bool]                  # hit max_new_tokens without a stop token
+    texts: list[str] = field(default_factory=list)
+    policy_version: int = 0                # the optimizer step whose weights sampled these (async lag)
+
+
+class RolloutEngine(Protocol):
+    def generate(self, prompt_ids: list[list[int]], n: int, sampling: Sampling, seed: int) -> Rollouts: ...
+
+    def sync_weights(self, model) -> None: ...
+
+
+class HFEngine:
+    """transformers' generate on the policy module itself (no copy, so sync_weights has nothing to do).
+
+    Under ZeRO-3 the module's parameters are partitioned; DeepSpeed gathers each layer for the forward, so the
+    same call works on one rank or many. Every rank must call generate the same number of times (the gathers
+    are collectives): the trainer gives each rank an equal share of prompts.
+    """
+
+    def __init__(self, model, tokenizer, micro_batch: int = 64):
+        self.model, self.tokenizer, self.micro_batch = model, tokenizer, micro_batch
+
+    def sync_weights(self, model) -> None:
+        self.model = model
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: list[list[int]], n: int, sampling: Sampling, seed: int) -> Rollouts:
+        pad = self.tokenizer.pad_token_id
+        stops = set(sampling.stop_token_ids) | {self.tokenizer.eos_token_id}
+        torch.manual_seed(seed)
+        expanded = [p for p in prompt_ids for _ in range(n)]
+        responses, truncated = [], []
+        was_training = self.model.training
+        self.model.eval()
+        for start in range(0, len(expanded), self.micro_batch):
+            chunk = expanded[start : start + self.micro_batch]
+            width = max(len(p) for p in chunk)
+            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+            attn = torch.zeros_like(ids)
+            for i, p in enumerate(chunk):
+                ids[i, width - len(p):] = torch.tensor(p)
+                attn[i, width - len(p):] = 1
+            out = self.model.generate(
+                input_ids=ids, attention_mask=attn, do_sample=True, temperature=sampling.temperature,
+                top_p=sampling.top_p, top_k=sampling.top_k, max_new_tokens=sampling.max_new_tokens,
+                eos_token_id=sorted(stops), pad_token_id=pad, synced_gpus=_synced(),
+            )
+            for row in out[:, width:].tolist():
+                resp, stopped = _cut(row, stops)
+                responses.append(resp)
+                truncated.append(not stopped)
+        self.model.train(was_training)
+        texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+        return Rollouts(expanded, responses, truncated, texts)
+
+
+def _synced() -> bool:
+    # With ZeRO-3 on several ranks, a rank that finishes early must keep joining the parameter gathers.
+    return torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1
+
+
+def _cut(row: list[int], stops: set[int]) -> tuple[list[int], bool]:
+    """Keep tokens up to and including the first stop token; report whether one was found."""
+    for i, tok in enumerate(row):
+        if tok in stops:
+            return row[: i + 1], True
+    return row, False
+
+
+def make_engine(kind: str, model, tokenizer, **kwargs) -> RolloutEngine:
+    """'hf' or 'vllm'. vLLM is imported only here and only when asked for: it exists on GPU clusters alone."""
+    if kind == "hf":
+        return HFEngine(model, tokenizer, **kwargs)
+    if kind == "vllm":
+        from .rollout_vllm import VLLMEngine  # noqa: PLC0415  (GPU-only dependency)
+
+        return VLLMEngine(model, tokenizer, **kwargs)
+    raise ValueError(f"unknown rollout engine {kind!r}; valid: hf, vllm")
