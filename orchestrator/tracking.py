@@ -1,0 +1,538 @@
+"""Experiment tracking: the only module that imports mlflow (STYLE.md, "The house").
+
+Contract
+- One MLflow run per cell, found by its `run_key` tag: `open_run` creates it the first time and reopens it
+  on every later call (a requeued job, the eval job), never a duplicate. Cells hang under one parent run per
+  sweep, found the same way. Jobs are separate processes, so the link is the `mlflow.parentRunId` tag that the
+  UI nests by, not `start_run(nested=True)`, which only sees the calling process's own run stack.
+- Nothing is lost while the store is unreachable: events go to an `OfflineBuffer` in the run directory and are
+  replayed in order on the next successful call, `flush()`, `close()` or reopen. An error that is not about
+  reaching the store (a bad key, a param whose value changed) raises at once.
+- Keys are checked before anything is sent or buffered: MLflow refuses `@` (`val/pass@1`) among others.
+- `NullTracker` has the same interface and keeps everything in memory, for unit tests.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import posixpath
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from trainer.metrics import TAG_COLLAPSE_REASON, TAG_COLLAPSE_STEP, TAG_COLLAPSE_VERDICT
+
+log = logging.getLogger(__name__)
+
+RUN_KEY_TAG, SWEEP_ID_TAG, PARENT_TAG = "run_key", "sweep_id", "mlflow.parentRunId"
+CLOSE_STATUSES = ("FINISHED", "FAILED", "KILLED")
+_BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's per-request limits (utils/validation.py)
+
+# Where the MLflow UI lands. Read from MLflow 3.17.2's UI bundle (mlflow/server/js/build/static/js: main.*.js
+# module 31080, 5439.*.chunk.js module 24546) and checked with headless Chromium:
+# - `#/experiments/<id>` redirects to a tab chosen by a *global* "workflow type" (the sidebar switch
+#   "GenAI | Model training"), taken from the URL query `workflowType=` or else the browser's localStorage
+#   `mlflow.workflowType`, default `genai`. genai lands on "Overview" (SQL stores) or "Traces" (file store);
+#   `machine_learning` lands on "Runs".
+# - The per-experiment tag `mlflow.experimentKind` (`genai_development` / `custom_model_development`) is read
+#   only while that global switch is off; 3.17.2 hard-codes it on, so a tagged experiment still opened on
+#   Overview.
+# So both: the tag, for the UIs that read it, and links that carry the query (`experiment_url`), for 3.17.
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+UI_QUERY = "workflowType=machine_learning"
+
+
+class TrackingKeyError(ValueError):
+    """Keys MLflow would refuse; `problems` holds one line per bad key, each with its fix."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        lines = [f"{len(problems)} bad tracking key(s):", *(f"  - {p}" for p in problems)]
+        super().__init__("\n".join(lines))
+
+
+_KEY = re.compile(r"^[/\w.\- ]+$")  # MLflow's portable set (it also allows ':' except on Windows)
+
+
+def check_keys(keys: Iterable[Any], kind: str) -> None:
+    """Raise `TrackingKeyError` listing every key of `kind` ('metric', 'param', 'tag') that MLflow refuses."""
+    problems = []
+    for key in keys:
+        if not isinstance(key, str) or not key:
+            problems.append(f"{kind} key {key!r}: give a non-empty string")
+        elif "@" in key:
+            problems.append(f"{kind} key {key!r} contains '@', which MLflow refuses; "
+                            f"write {key.replace('@', '_at_')!r} (use '_at_')")
+        elif not _KEY.match(key):
+            problems.append(f"{kind} key {key!r} has a character MLflow refuses; "
+                            f"use letters, digits, '_', '-', '.', '/' and spaces")
+        elif len(key) > 250 or posixpath.normpath(key) != key or key.startswith("/"):
+            problems.append(f"{kind} key {key!r}: at most 250 characters, no leading, trailing or double "
+                            f"'/', no '.' or '..' parts (MLflow treats names as paths)")
+    if problems:
+        raise TrackingKeyError(problems)
+
+
+def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """{'kl': {'beta': 0.1}} -> {'kl.beta': '0.1'}: MLflow params are flat strings."""
+    flat: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten_params(value, f"{name}."))
+        else:
+            flat[name] = str(value)
+    return flat
+
+
+def collapse_tags(verdict: Mapping[str, Any]) -> dict[str, str]:
+    """Tags for a collapse verdict (`trainer.collapse.CollapseVerdict.to_dict()`): verdict, step, reason."""
+    step = verdict.get("step")
+    return {TAG_COLLAPSE_VERDICT: str(verdict["verdict"]), TAG_COLLAPSE_STEP: "" if step is None else str(step),
+            TAG_COLLAPSE_REASON: str(verdict.get("reason", ""))[:5000]}  # MLflow's tag value limit is 8000
+
+
+def mark_collapse(tracker: Tracker, verdict: Mapping[str, Any]) -> None:
+    """Record a run's collapse verdict as `collapse/*` tags, so runs can be filtered by it in the UI."""
+    tracker.set_tags(collapse_tags(verdict))
+
+
+def experiment_url(tracking_uri: str, experiment_id: str) -> str | None:
+    """The link to give a person: it opens the runs table on MLflow 3.17 (see UI_QUERY); None for a local
+    store, which has no UI of its own."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return None
+    return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs?{UI_QUERY}"
+
+
+_TRANSIENT = {"ConnectionError", "Timeout", "ConnectTimeout", "ReadTimeout", "RetryError", "MaxRetryError",
+              "NewConnectionError", "ProtocolError", "OperationalError"}
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when `exc` says the store could not be reached (retry later), False when the request was wrong.
+
+    MLflow wraps a failed HTTP call in a plain MlflowException, raised inside the `except`, so the cause is
+    in the exception chain; matching class names there covers requests, urllib3 and sqlalchemy alike.
+    """
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (ConnectionError, TimeoutError)) or type(exc).__name__ in _TRANSIENT:
+            return True
+        if getattr(exc, "error_code", None) in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class OfflineBuffer:
+    """Events not yet delivered, on disk, so that an outage, a crash or a requeue loses none of them.
+
+    `tracking_buffer.jsonl`: one json object per event, appended with a single write and fsynced, in order.
+    `tracking_ledger.jsonl`: the metric points (key, step) a replay has delivered, so a replay cut short
+    never sends a point twice. Both files are removed once a replay has delivered everything.
+    One writer per run directory (the job); not safe for two processes at once.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.dir = Path(run_dir)
+        self.path, self.ledger_path = self.dir / "tracking_buffer.jsonl", self.dir / "tracking_ledger.jsonl"
+        for path in (self.path, self.ledger_path):
+            # A crash mid-write leaves a torn last line; end it so the next event starts on a line of its own.
+            if path.exists() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
+                _append_line(path, "")
+
+    def append(self, event: dict) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        _append_line(self.path, json.dumps(event, sort_keys=True))
+
+    def events(self) -> list[dict]:
+        return _read_lines(self.path)
+
+    def __len__(self) -> int:
+        return len(self.events())
+
+    def replay(self, send: Callable[[dict], None],
+               already_logged: Callable[[set[str]], set[tuple[str, int]]] | None = None) -> int:
+        """Send every buffered event in order, then clear; return how many requests it took.
+
+        Consecutive metric events are merged (up to MLflow's 1000 per request). A point whose (key, step) is
+        in the ledger, in `already_logged(keys)` (what the store has) or earlier in the buffer is not sent.
+        If `send` raises, the error propagates and what was not delivered stays buffered.
+        """
+        events = self.events()
+        done = {(k, s) for line in _read_lines(self.ledger_path) for k, s in line["points"]}
+        if already_logged is not None:
+            done |= already_logged({p[0] for e in events if e["kind"] == "metrics" for p in e["points"]})
+        requests = 0
+        for event in _merge_metrics(events):
+            if event["kind"] == "metrics":
+                points = []
+                for point in event["points"]:
+                    if (point[0], point[2]) not in done:
+                        done.add((point[0], point[2]))
+                        points.append(point)
+                if not points:
+                    continue
+                send({"kind": "metrics", "points": points})
+                _append_line(self.ledger_path, json.dumps({"points": [[p[0], p[2]] for p in points]}))
+            else:
+                send(event)
+            requests += 1
+        self.clear()
+        return requests
+
+    def clear(self) -> None:
+        # Buffer first: a crash between the two leaves a ledger without a buffer, which is harmless.
+        self.path.unlink(missing_ok=True)
+        self.ledger_path.unlink(missing_ok=True)
+
+
+def _append_line(path: Path, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_lines(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            log.warning("skipping a torn line in %s (a crash mid-write): %.80r", path, line)
+    return out
+
+
+def _merge_metrics(events: list[dict]) -> Iterable[dict]:
+    batch: list = []
+    for event in events:
+        if event["kind"] == "metrics" and len(batch) + len(event["points"]) <= _BATCH["metrics"]:
+            batch.extend(event["points"])
+            continue
+        if batch:
+            yield {"kind": "metrics", "points": batch}
+        batch = list(event["points"]) if event["kind"] == "metrics" else []
+        if event["kind"] != "metrics":
+            yield event
+    if batch:
+        yield {"kind": "metrics", "points": batch}
+
+
+def metric_points(metrics: Mapping[str, Any], step: int, timestamp_ms: int | None = None) -> list[list]:
+    """Check keys and values; return [[key, value, step, timestamp_ms], ...], the buffer's metric format."""
+    check_keys(metrics, "metric")
+    bad = []
+    for key, value in metrics.items():
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            bad.append(f"metric {key!r}: value {value!r} is not a number")
+    if bad or not isinstance(step, int) or isinstance(step, bool):
+        raise TrackingKeyError(bad or [f"step {step!r}: give an integer"])
+    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
+    return [[key, float(value), step, ts] for key, value in metrics.items()]
+
+
+class Tracker(Protocol):
+    """What the trainer and the eval runner log through. `run_id` is None until the run is open."""
+
+    run_id: str | None
+
+    def open_run(self, run_key: str, experiment: str, tracking_uri: str, params: Mapping[str, Any],
+                 tags: Mapping[str, str], parent_run_key: str | None = None,
+                 sweep_id: str | None = None) -> str | None: ...
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
+    def log_params(self, params: Mapping[str, Any]) -> None: ...
+    def set_tags(self, tags: Mapping[str, str]) -> None: ...
+    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None: ...
+    def log_dict(self, obj: Any, name: str) -> None: ...
+    def flush(self) -> bool: ...
+    def close(self, status: str = "FINISHED") -> None: ...
+
+
+class NullTracker:
+    """Same interface as `MlflowTracker`, same key checks; keeps everything in memory for tests to read."""
+
+    def __init__(self) -> None:
+        self.run_id: str | None = None
+        self.metrics: list[tuple[str, float, int]] = []
+        self.params: dict[str, str] = {}
+        self.tags: dict[str, str] = {}
+        self.artifacts: list[str] = []
+        self.dicts: dict[str, Any] = {}
+        self.status: str | None = None
+
+    def open_run(self, run_key, experiment, tracking_uri, params, tags, parent_run_key=None, sweep_id=None):
+        check_run_key(run_key)
+        self.log_params(params)
+        self.set_tags({**tags, RUN_KEY_TAG: run_key, **({SWEEP_ID_TAG: sweep_id} if sweep_id else {})})
+        self.run_id, self.status = f"null-{run_key}", "RUNNING"
+        return self.run_id
+
+    def log_metrics(self, metrics, step):
+        self.metrics.extend((k, v, s) for k, v, s, _ in metric_points(metrics, step))
+
+    def log_params(self, params):
+        flat = flatten_params(params)
+        check_keys(flat, "param")
+        changed = [f"param {k!r}: {self.params[k]!r} -> {v!r}" for k, v in flat.items()
+                   if self.params.get(k, v) != v]
+        if changed:  # MLflow params are immutable; mirror that so tests catch it here
+            raise ValueError("params cannot change: " + "; ".join(changed))
+        self.params.update(flat)
+
+    def set_tags(self, tags):
+        check_keys(tags, "tag")
+        self.tags.update({k: str(v) for k, v in tags.items()})
+
+    def log_artifact(self, path, artifact_path=None):
+        self.artifacts.append(str(path))
+
+    def log_dict(self, obj, name):
+        self.dicts[name] = json.loads(json.dumps(obj, default=str))  # what the file would hold
+
+    def flush(self):
+        return True
+
+    def close(self, status="FINISHED"):
+        if status not in CLOSE_STATUSES:
+            raise ValueError(f"status {status!r}; valid: {', '.join(CLOSE_STATUSES)}")
+        self.status = status
+
+
+def check_run_key(run_key: str) -> None:
+    # A run_key goes into a search filter between quotes; it is a hash, so only safe characters are allowed.
+    if not isinstance(run_key, str) or not re.fullmatch(r"[\w.\-]{1,200}", run_key):
+        raise ValueError(f"run_key {run_key!r}: use letters, digits, '_', '-', '.' (a hash of the cell)")
+
+
+class MlflowTracker:
+    """`Tracker` over a real MLflow store: an `http://` server, or a local `sqlite:///...` or file store.
+
+    `run_dir` (the cell's run directory) holds the offline buffer. After a failure to reach the store, calls
+    stop trying for `retry_after_s` seconds and append straight to the buffer, so an outage costs the training
+    loop one timeout, not one per step; `flush()` and `close()` always try. `http_retries` and
+    `http_timeout_s` bound that one timeout. They go through MLflow's own MLFLOW_HTTP_REQUEST_* environment
+    variables (read on every request), unless those are already set: MlflowClient takes no such arguments.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, *, retry_after_s: float = 30.0, http_retries: int = 2,
+                 http_timeout_s: int = 20):
+        for name, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", http_retries),
+                            ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", 1),
+                            ("MLFLOW_HTTP_REQUEST_TIMEOUT", int(http_timeout_s))):
+            os.environ.setdefault(name, str(value))
+        self.run_dir = Path(run_dir)
+        self.buffer = OfflineBuffer(run_dir)
+        self.retry_after_s = retry_after_s
+        self.run_id: str | None = None
+        self.experiment_id: str | None = None
+        self._args: dict | None = None
+        self._client: Any = None
+        self._down_until: float | None = None  # monotonic deadline while the store is unreachable
+        self._verify = True  # before the next replay, ask the store which points it already has
+
+    def open_run(self, run_key, experiment, tracking_uri, params, tags, parent_run_key=None, sweep_id=None, *,
+                 run_name: str | None = None, artifact_location: str | None = None) -> str | None:
+        """Create or reopen the run tagged `run_key` (and its sweep's parent); log params and tags; replay the
+        buffer. Returns the run id, or None when the store is unreachable: the run is then opened, and the
+        buffer replayed, on the first later call that reaches it."""
+        check_run_key(run_key)
+        if parent_run_key is not None:
+            check_run_key(parent_run_key)
+        flat = flatten_params(params)
+        check_keys(flat, "param")
+        check_keys(tags, "tag")
+        from mlflow import MlflowClient
+
+        self._client = MlflowClient(tracking_uri=tracking_uri)
+        self._args = dict(run_key=run_key, experiment=experiment, params=flat, parent_run_key=parent_run_key,
+                          tags={k: str(v) for k, v in tags.items()}, sweep_id=sweep_id, run_name=run_name,
+                          artifact_location=artifact_location, tracking_uri=tracking_uri)
+        self.run_id = None
+        self.flush()
+        return self.run_id
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        self._submit({"kind": "metrics", "points": metric_points(metrics, step)})
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        flat = flatten_params(params)
+        check_keys(flat, "param")
+        self._submit({"kind": "params", "values": flat})
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        check_keys(tags, "tag")
+        self._submit({"kind": "tags", "values": {k: str(v) for k, v in tags.items()}})
+
+    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        self._submit({"kind": "artifact", "path": str(Path(path).resolve()), "artifact_path": artifact_path})
+
+    def log_dict(self, obj: Any, name: str) -> None:
+        """Write `obj` as `name` (.json or .yaml) under run_dir/tracking_artifacts, then log that file; the
+        file outlives an outage, so the buffered event can point at it."""
+        path = self.run_dir / "tracking_artifacts" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if name.endswith(".json"):
+            text = json.dumps(obj, indent=2, sort_keys=True, default=str)
+        elif name.endswith((".yaml", ".yml")):
+            import yaml
+
+            text = yaml.safe_dump(obj, sort_keys=True)
+        else:
+            raise ValueError(f"log_dict name {name!r}: end it in .json or .yaml")
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+        self.log_artifact(path, posixpath.dirname(name) or None)
+
+    def flush(self) -> bool:
+        """Open the run if it is not yet, and replay the buffer. True when nothing is left to deliver."""
+        return self._deliver(force=True)
+
+    def close(self, status: str = "FINISHED") -> None:
+        """Flush, then mark the run terminated. Unreachable store: a warning, and the buffer waits for the
+        next `open_run` of this run_key."""
+        if status not in CLOSE_STATUSES:
+            raise ValueError(f"status {status!r}; valid: {', '.join(CLOSE_STATUSES)}")
+        if self._args is None:
+            return
+        if self.flush():
+            try:
+                self._client.set_terminated(self.run_id, status)
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self._went_down(exc)
+        if self.buffer.path.exists():
+            log.warning("%d tracking event(s) stay in %s; the next open_run of %s replays them",
+                        len(self.buffer), self.buffer.path, self._args["run_key"])
+
+    def _submit(self, event: dict) -> None:
+        if self._args is None:
+            raise RuntimeError("call open_run before logging")
+        if self.run_id is not None and self._down_until is None and not self.buffer.path.exists():
+            try:
+                self._send(self.run_id, event)
+                return
+            except Exception as exc:
+                if not is_transient(exc):
+                    raise
+                self._went_down(exc)
+        self.buffer.append(event)
+        self._deliver(force=False)
+
+    def _deliver(self, force: bool) -> bool:
+        if self._args is None:
+            raise RuntimeError("call open_run before flush")
+        if not force and self._down_until is not None and time.monotonic() < self._down_until:
+            return False
+        try:
+            if self.run_id is None:
+                self._open()
+            if self.buffer.path.exists():
+                sent = self.buffer.replay(lambda e: self._send(self.run_id, e),
+                                          self._already_logged if self._verify else None)
+                log.info("replayed %d buffered tracking request(s) into run %s", sent, self.run_id)
+            self._verify = False
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            self._went_down(exc)
+            return False
+        self._down_until = None
+        return True
+
+    def _went_down(self, exc: BaseException) -> None:
+        if self._down_until is None:
+            log.warning("MLflow store unreachable (%s); buffering to %s", exc, self.buffer.path)
+        self._down_until = time.monotonic() + self.retry_after_s
+        self._verify = True  # the failed request may have landed all the same (a read timeout)
+
+    def _open(self) -> None:
+        a, client = self._args, self._client
+        experiment_id = self._experiment(a["experiment"], a["artifact_location"])
+        sweep = {SWEEP_ID_TAG: a["sweep_id"]} if a["sweep_id"] else {}
+        tags = {**a["tags"], **sweep, RUN_KEY_TAG: a["run_key"]}
+        if a["parent_run_key"]:
+            parent = self._find_or_create(experiment_id, a["parent_run_key"], a["parent_run_key"],
+                                          {**sweep, RUN_KEY_TAG: a["parent_run_key"]})
+            tags[PARENT_TAG] = parent
+        run_id = self._find_or_create(experiment_id, a["run_key"], a["run_name"] or a["run_key"], tags)
+        client.update_run(run_id, status="RUNNING")  # a reopened run was FINISHED/FAILED/KILLED
+        self._send(run_id, {"kind": "params", "values": a["params"]})
+        self._send(run_id, {"kind": "tags", "values": tags})
+        self.experiment_id, self.run_id = experiment_id, run_id
+        url = experiment_url(a["tracking_uri"], experiment_id)
+        log.info("MLflow run %s of %s%s", run_id, a["run_key"], f"; runs table: {url}" if url else "")
+
+    def _experiment(self, name: str, artifact_location: str | None) -> str:
+        from mlflow.exceptions import MlflowException
+
+        client = self._client
+        experiment = client.get_experiment_by_name(name)
+        if experiment is None:
+            try:
+                return client.create_experiment(name, artifact_location=artifact_location,
+                                                tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+            except MlflowException as exc:  # another job of the sweep created it first
+                if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+                experiment = client.get_experiment_by_name(name)
+        if experiment.lifecycle_stage == "deleted":
+            raise ValueError(f"MLflow experiment {name!r} is deleted; restore it "
+                             f"(`mlflow experiments restore --experiment-id {experiment.experiment_id}`) "
+                             f"or choose another experiment name")
+        if EXPERIMENT_KIND_TAG not in experiment.tags:
+            client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        return experiment.experiment_id
+
+    def _find_or_create(self, experiment_id: str, run_key: str, run_name: str, tags: dict) -> str:
+        found = self._runs_with_key(experiment_id, run_key)
+        if found:
+            return found[0]
+        created = self._client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
+        # Two jobs can both miss and both create: each keeps the oldest run for the key and drops its own.
+        oldest = self._runs_with_key(experiment_id, run_key)[0]
+        if oldest != created:
+            self._client.delete_run(created)
+        return oldest
+
+    def _runs_with_key(self, experiment_id: str, run_key: str) -> list[str]:
+        runs = self._client.search_runs([experiment_id], filter_string=f"tags.{RUN_KEY_TAG} = '{run_key}'",
+                                        max_results=100)
+        return [r.info.run_id for r in sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))]
+
+    def _send(self, run_id: str, event: dict) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        kind = event["kind"]
+        if kind == "artifact":
+            if not Path(event["path"]).exists():
+                log.warning("buffered artifact %s no longer exists; not logged", event["path"])
+                return
+            self._client.log_artifact(run_id, event["path"], event["artifact_path"])
+            return
+        if kind == "metrics":
+            items = [Metric(k, v, ts, step) for k, v, step, ts in event["points"]]
+        elif kind == "params":
+            items = [Param(k, v) for k, v in event["values"].items()]
+        else:
+            items = [RunTag(k, v) for k, v in event["values"].items()]
+        size = _BATCH[kind]
+        for i in range(0, len(items), size):
+            self._client.log_batch(run_id, **{kind: items[i:i + size]})
+
+    def _already_logged(self, keys: set[str]) -> set[tuple[str, int]]:
+        return {(key, m.step) for key in keys for m in self._client.get_metric_history(self.run_id, key)}

@@ -1,0 +1,207 @@
+"""MlflowTracker against real MLflow: a local sqlite store, and a real `mlflow server` stopped and restarted.
+
+One server for the module (it takes ~10 s to start on 2 cores); the outage test stops it and brings it back on
+the same store and port, as a crashed tracking server that an admin restarts would come back.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from orchestrator.tracking import (
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    MlflowTracker,
+    experiment_url,
+    mark_collapse,
+)
+from trainer.collapse import CollapseVerdict
+
+pytestmark = pytest.mark.slow
+mlflow = pytest.importorskip("mlflow")
+AXES = {"estimator": "k3", "placement": "reward", "beta": 0.1, "seed": 0, "model": "tiny"}
+
+
+class MlflowServer:
+    """`mlflow server` on 127.0.0.1 in its own process group, so stop() ends it and every worker it spawned."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout_s: float = 120) -> None:
+        # The job runner's extra processes race the web worker on a fresh sqlite schema and eat the 2 cores.
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{self.root}/mlflow.db",
+               "--artifacts-destination", str(self.root / "artifacts"), "--host", "127.0.0.1",
+               "--port", str(self.port), "--workers", "1"]
+        with open(self.root / "server.log", "a") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                break
+            try:
+                urllib.request.urlopen(f"{self.uri}/health", timeout=2)
+                return
+            except OSError:
+                time.sleep(0.3)
+        self.stop()
+        pytest.fail(f"mlflow server did not come up:\n{(self.root / 'server.log').read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(autouse=True)
+def fail_fast(monkeypatch):
+    # One attempt per request: a refused connection fails at once instead of after MLflow's default backoff.
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+
+
+def open_cell(run_dir, uri, run_key, experiment="sweep-test", **kw) -> MlflowTracker:
+    tracker = MlflowTracker(run_dir, **kw)
+    tracker.open_run(run_key, experiment, uri, AXES, {"objective/target": "reverse KL"},
+                     parent_run_key="sweep1", sweep_id="sweep1")
+    return tracker
+
+
+def steps_of(client, run_id, key) -> list[int]:
+    return sorted(m.step for m in client.get_metric_history(run_id, key))
+
+
+def test_local_sqlite_store_opens_or_reopens_by_run_key_under_one_parent(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    kw = {"retry_after_s": 0}
+    first = open_cell(tmp_path / "cellA", uri, "cellA", **kw)
+    first.log_metrics({"train/loss": 1.0, "val/pass_at_1": 0.25}, step=1)
+    first.log_dict({"kl": {"beta": 0.1}}, "config.json")
+    first.close()
+    again = open_cell(tmp_path / "cellA", uri, "cellA", **kw)  # a requeued job: a new tracker, same run_key
+    other = open_cell(tmp_path / "cellB", uri, "cellB", **kw)
+    assert again.run_id == first.run_id != other.run_id
+
+    client = mlflow.MlflowClient(uri)
+    run = client.get_run(first.run_id)
+    assert run.info.status == "RUNNING"  # reopened
+    assert {k: run.data.params[k] for k in AXES} == {k: str(v) for k, v in AXES.items()}
+    assert run.data.metrics == {"train/loss": 1.0, "val/pass_at_1": 0.25}
+    assert run.data.tags["run_key"] == "cellA" and run.data.tags["sweep_id"] == "sweep1"
+    parent_id = run.data.tags["mlflow.parentRunId"]
+    assert client.get_run(other.run_id).data.tags["mlflow.parentRunId"] == parent_id
+    assert client.get_run(parent_id).data.tags["run_key"] == "sweep1"
+    children = client.search_runs([first.experiment_id], f"tags.mlflow.parentRunId = '{parent_id}'")
+    assert sorted(r.data.tags["run_key"] for r in children) == ["cellA", "cellB"]
+    assert len(client.search_runs([first.experiment_id])) == 3  # parent + 2 cells, no duplicates
+    assert [a.path for a in client.list_artifacts(first.run_id)] == ["config.json"]
+    experiment = client.get_experiment(first.experiment_id)
+    assert experiment.tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
+
+
+def test_server_run_is_reopened_not_duplicated_and_nested_under_the_sweep(server, tmp_path):
+    a = open_cell(tmp_path / "a", server.uri, "srvA")
+    b = open_cell(tmp_path / "b", server.uri, "srvB")
+    assert open_cell(tmp_path / "a2", server.uri, "srvA").run_id == a.run_id
+    client = mlflow.MlflowClient(server.uri)
+    parent = client.get_run(a.run_id).data.tags["mlflow.parentRunId"]
+    assert client.get_run(b.run_id).data.tags["mlflow.parentRunId"] == parent
+    assert len(client.search_runs([a.experiment_id], "tags.run_key = 'sweep1'")) == 1
+    assert client.get_run(a.run_id).data.params["estimator"] == "k3"
+    assert client.get_experiment(a.experiment_id).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
+    assert experiment_url(server.uri, a.experiment_id).endswith("/runs?workflowType=machine_learning")
+    mark_collapse(a, CollapseVerdict("collapsed", 120, "val/pass_at_1 fell to 0").to_dict())
+    hits = client.search_runs([a.experiment_id], "tags.`collapse/verdict` = 'collapsed'")
+    assert [r.info.run_id for r in hits] == [a.run_id]
+
+
+def test_an_outage_loses_nothing_and_the_replay_logs_every_step_once(server, tmp_path):
+    keys = ("train/loss", "val/pass_at_1")
+    tracker = open_cell(tmp_path / "cell", server.uri, "outage", retry_after_s=3600)
+    for step in range(5):
+        tracker.log_metrics({k: step / 10 for k in keys}, step)
+    server.stop()
+    t0 = time.monotonic()
+    for step in range(5, 15):  # no exception: they go to the buffer
+        tracker.log_metrics({k: step / 10 for k in keys}, step)
+    tracker.log_params({"late_param": "x"})
+    tracker.set_tags({"phase": "after-outage"})
+    assert time.monotonic() - t0 < 10, "an outage must not block the training loop on every call"
+    assert len(tracker.buffer) == 12
+    assert tracker.flush() is False  # still down: nothing lost, nothing raised
+    tracker.close()  # a warning, not an exception
+
+    server.start()
+    tracker.log_metrics({k: 1.5 for k in keys}, 15)  # inside retry_after_s: buffered, not tried
+    assert len(tracker.buffer) == 13
+    assert tracker.flush() is True
+    assert not tracker.buffer.path.exists()
+    client = mlflow.MlflowClient(server.uri)
+    for key in keys:
+        assert steps_of(client, tracker.run_id, key) == list(range(16))
+    run = client.get_run(tracker.run_id)
+    assert run.data.params["late_param"] == "x" and run.data.tags["phase"] == "after-outage"
+
+    # The job died after sending its last batch but before writing the ledger: the buffer still holds points
+    # the store has. The next job's open_run replays it and asks the store first, so nothing doubles.
+    tracker.buffer.append({"kind": "metrics", "points": [[k, 1.5, 15, 0] for k in keys]
+                           + [["train/loss", 1.6, 16, 0]]})
+    again = open_cell(tmp_path / "cell", server.uri, "outage")
+    assert again.run_id == tracker.run_id and not again.buffer.path.exists()
+    assert steps_of(client, tracker.run_id, "train/loss") == list(range(17))
+    assert steps_of(client, tracker.run_id, "val/pass_at_1") == list(range(16))
+
+
+def test_a_job_that_starts_during_an_outage_opens_its_run_later(server, tmp_path):
+    server.stop()
+    try:
+        tracker = MlflowTracker(tmp_path / "late", retry_after_s=0)
+        assert tracker.open_run("late", "sweep-test", server.uri, AXES, {}, sweep_id="sweep1") is None
+        tracker.log_metrics({"train/loss": 0.5}, 1)
+    finally:
+        server.start()
+    assert tracker.flush() is True and tracker.run_id is not None
+    assert steps_of(mlflow.MlflowClient(server.uri), tracker.run_id, "train/loss") == [1]
+
+
+@pytest.mark.skipif(not shutil.which("chromium"), reason="headless check needs Debian's chromium")
+def test_the_experiment_link_lands_on_the_runs_table(server, tmp_path):
+    tracker = open_cell(tmp_path / "ui", server.uri, "uiCell", experiment="ui-landing")
+    url = experiment_url(server.uri, tracker.experiment_id)
+    dom = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=20000", "--dump-dom", url],
+        capture_output=True, text=True, timeout=120).stdout
+    # The runs table, with the cell nested (collapsed) under its sweep's parent row: 2 runs, 1 row shown.
+    assert "runs-search-autocomplete" in dom, "the page is not the runs table"
+    assert "sweep1" in dom and "<strong>2</strong> matching runs" in dom

@@ -1,0 +1,86 @@
+"""Every metric key and run tag the project logs, with its meaning; docs/metrics.md mirrors these dicts.
+
+Keys are namespaced (`train/`, `perf/`, `val/`, `async/`, `eval/`) and never contain `@`, which MLflow refuses:
+the paper's Pass@1 is `pass_at_1`, mean@32 is `mean_at_32`. A `<placeholder>` stands for a validation split, an
+eval task or a sample count; `metric_key` fills it in. A test checks that docs/metrics.md lists every key here.
+"""
+
+from __future__ import annotations
+
+import re
+
+TRAIN_REWARD_MEAN = "train/reward_mean"
+TRAIN_ACCURACY = "train/accuracy"
+TRAIN_KL_K1, TRAIN_KL_K2, TRAIN_KL_K3 = "train/kl_k1", "train/kl_k2", "train/kl_k3"
+TRAIN_ENTROPY = "train/entropy"
+TRAIN_RESPONSE_LENGTH = "train/response_length"
+TRAIN_TRUNCATION_RATE = "train/truncation_rate"
+TRAIN_GRAD_NORM = "train/grad_norm"
+TRAIN_CLIP_FRACTION = "train/clip_fraction"
+TRAIN_RATIO_MEAN, TRAIN_RATIO_MAX, TRAIN_RATIO_MIN = "train/ratio_mean", "train/ratio_max", "train/ratio_min"
+TRAIN_KL_CLAMPED_FRACTION = "train/kl_clamped_fraction"
+TRAIN_LOSS, TRAIN_PG_LOSS, TRAIN_KL_LOSS = "train/loss", "train/pg_loss", "train/kl_loss"
+PERF_STEP_TIME_S = "perf/step_time_s"
+PERF_TOKENS_PER_S = "perf/tokens_per_s"
+VAL_PASS_AT_1 = "val/pass_at_1"
+VAL_SPLIT_PASS_AT_1 = "val/<split>/pass_at_1"
+ASYNC_LAG = "async/lag"
+EVAL_MEAN_AT_32 = "eval/<task>/mean_at_32"
+EVAL_PASS_AT_K = "eval/<task>/pass_at_<k>"
+EVAL_MAJ_AT_K = "eval/<task>/maj_at_<k>"
+
+_KL = ("mean over the batch's response tokens of the {} estimate of the reverse KL[pi_theta, pi_ref] on the "
+       "policy's own samples; all three are logged whichever estimator is optimised")
+
+METRICS: dict[str, str] = {
+    TRAIN_REWARD_MEAN: "mean task reward of the batch's responses, before any KL shaping",
+    TRAIN_ACCURACY: "fraction of the batch's responses graded correct (equals reward_mean for 0/1 rewards)",
+    TRAIN_KL_K1: _KL.format("k1 = -log r (r = pi_ref / pi_theta)"),
+    TRAIN_KL_K2: _KL.format("k2 = (log r)^2 / 2"),
+    TRAIN_KL_K3: _KL.format("k3 = r - 1 - log r"),
+    TRAIN_ENTROPY: "mean per-token entropy of the policy over response tokens",
+    TRAIN_RESPONSE_LENGTH: "mean response length in tokens",
+    TRAIN_TRUNCATION_RATE: "fraction of responses cut at the maximum response length (no end of sequence)",
+    TRAIN_GRAD_NORM: "global L2 norm of the gradient before clipping",
+    TRAIN_CLIP_FRACTION: "fraction of response tokens whose PPO ratio was clipped (0 on-policy)",
+    TRAIN_RATIO_MEAN: "mean importance ratio pi_theta / pi_old over response tokens (1 on-policy)",
+    TRAIN_RATIO_MAX: "largest importance ratio pi_theta / pi_old over response tokens",
+    TRAIN_RATIO_MIN: "smallest importance ratio pi_theta / pi_old over response tokens",
+    TRAIN_KL_CLAMPED_FRACTION: "fraction of response tokens whose log-ratio hit kl.clamp (0 without a clamp)",
+    TRAIN_LOSS: "the loss that was backpropagated: pg_loss + kl_loss",
+    TRAIN_PG_LOSS: "policy-gradient part of the loss (advantages include the KL penalty when it is in the reward)",
+    TRAIN_KL_LOSS: "KL part of the loss, beta x the estimator (0 unless the placement includes the loss)",
+    PERF_STEP_TIME_S: "wall-clock seconds of one training step, rollout to optimiser step",
+    PERF_TOKENS_PER_S: "response tokens generated and trained on per second of step time",
+    VAL_PASS_AT_1: "Pass@1 on the validation set during training (the paper: MATH test): mean correctness "
+                   "of one sample per problem",
+    VAL_SPLIT_PASS_AT_1: "Pass@1 on one named validation split, e.g. val/math500/pass_at_1",
+    ASYNC_LAG: "how many policy versions behind the learner the step's rollouts were generated (0 on-policy)",
+    EVAL_MEAN_AT_32: "final evaluation: mean accuracy over 32 samples per problem (the paper's mean@32)",
+    EVAL_PASS_AT_K: "final evaluation: fraction of problems with a correct answer among k samples",
+    EVAL_MAJ_AT_K: "final evaluation: accuracy of the majority-vote answer over k samples",
+}
+
+TAG_COLLAPSE_VERDICT, TAG_COLLAPSE_STEP, TAG_COLLAPSE_REASON = "collapse/verdict", "collapse/step", "collapse/reason"
+
+TAGS: dict[str, str] = {
+    "run_key": "hash of the resolved cell; finds the cell's run when a job reopens it (never a timestamp)",
+    "sweep_id": "the sweep the cell belongs to; the sweep's parent run carries it too",
+    "mlflow.parentRunId": "the sweep's parent run, set by hand because every cell runs in its own job",
+    "mlflow.experimentKind": "experiment tag custom_model_development: the experiment is model training",
+    TAG_COLLAPSE_VERDICT: "stable, unstable or collapsed (trainer/collapse.py)",
+    TAG_COLLAPSE_STEP: "step where the verdict first held; empty when stable",
+    TAG_COLLAPSE_REASON: "the rule that fired, in words",
+}
+
+_PLACEHOLDER = re.compile(r"<(\w+)>")
+
+
+def metric_key(template: str, **fields: object) -> str:
+    """metric_key(EVAL_PASS_AT_K, task="math500", k=8) -> 'eval/math500/pass_at_8'."""
+    if template not in METRICS:
+        raise KeyError(f"unknown metric {template!r}; add it to trainer/metrics.py and docs/metrics.md")
+    missing = [name for name in _PLACEHOLDER.findall(template) if name not in fields]
+    if missing:
+        raise KeyError(f"metric {template!r} needs {', '.join(missing)}")
+    return _PLACEHOLDER.sub(lambda m: str(fields[m.group(1)]), template)
