@@ -4,6 +4,7 @@ Layout in the run directory:
     checkpoints/step_000040/          DeepSpeed's ZeRO-3 shards (model, optimizer, scheduler), one tag per step
     checkpoints/step_000040/state.json  our state: step, MLflow run id, data position, rollout queue (as JSON)
     checkpoints/step_000040/rng_rank{r}.pt  every rank's RNG states
+    checkpoints/step_000040/queue_rank{r}.pt  every rank's rollout queue (async training)
     checkpoints/latest.json           {"tag": "step_000040", "step": 40}, replaced atomically LAST
 
 A checkpoint exists only once latest.json names it: a job killed mid-save leaves the previous one in force,
@@ -66,11 +67,15 @@ def _barrier() -> None:
         torch.distributed.barrier()
 
 
-def save(engine, ckpt_dir: Path, step: int, state: dict, rank: int, keep_last: int) -> Path:
-    """Collective: every rank calls it. `state` must be JSON-serialisable (step, run id, queue, ...)."""
+def save(engine, ckpt_dir: Path, step: int, state: dict, rank: int, keep_last: int,
+         extra: dict | None = None) -> Path:
+    """Collective: every rank calls it. `state` must be JSON-serialisable (step, run key, collapse history);
+    `extra` maps file names to this rank's picklable objects (the rollout queue)."""
     tag = tag_for(step)
     engine.save_checkpoint(str(ckpt_dir), tag=tag, save_latest=False)
     torch.save(rng_state(), ckpt_dir / tag / f"rng_rank{rank}.pt")
+    for name, obj in (extra or {}).items():
+        torch.save(obj, ckpt_dir / tag / name)
     if rank == 0:
         atomic_write_text(ckpt_dir / tag / "state.json", json.dumps({**state, "step": step}))
     _barrier()
@@ -102,3 +107,10 @@ def restore(engine, ckpt_dir: Path, rank: int) -> dict | None:
     if rng_file.exists():
         set_rng_state(torch.load(rng_file, weights_only=False))
     return json.loads((ckpt_dir / info["tag"] / "state.json").read_text())
+
+
+def load_extra(ckpt_dir: Path, name: str):
+    """An `extra` object saved with the latest checkpoint, or None."""
+    info = latest(ckpt_dir)
+    f = None if info is None else ckpt_dir / info["tag"] / name
+    return torch.load(f, weights_only=False) if f is not None and f.exists() else None

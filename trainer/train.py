@@ -21,10 +21,11 @@ import torch
 
 from . import checkpoint, distributed
 from .config import RunConfig
-from .data import PromptOrder, load_examples, prompt_text
+from .data import load_examples
 from .kl import describe_objective
-from .rewards import reward_fn
-from .rollout import Sampling, make_engine
+from .preempt import Preemption, requeue_self
+from .rollout import make_engine
+from .sampler import BatchSampler, RolloutQueue
 from .update import Batch, score_logprobs, update
 from .validate import pass_at_1
 
@@ -140,55 +141,45 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
     manifest = objective_manifest(cfg)
     if dist.is_main:
         checkpoint.atomic_write_text(ctx.run_dir / "objective.json", json.dumps(manifest, indent=1))
-    path = resolve_model_path(cfg)
-    engine, reference, tokenizer = build_engine(cfg, path, dist, micro_batches)
-    examples = load_examples(cfg.data, "train")
+    engine, reference, tokenizer = build_engine(cfg, resolve_model_path(cfg), dist, micro_batches)
     val_examples = load_examples(cfg.data, cfg.data.val_split) if cfg.data.val_every else []
-    if cfg.data.val_size:
-        val_examples = val_examples[: cfg.data.val_size]
-    order, grade = PromptOrder(len(examples), cfg.seed), reward_fn(cfg.data.dataset)
+    val_examples = val_examples[: cfg.data.val_size] if cfg.data.val_size else val_examples
     rollout = make_engine(cfg.rollout.engine, engine.module, tokenizer)
-    sampling = Sampling(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k or 0,
-                        cfg.rollout.max_response_tokens)
+    sampler = BatchSampler(cfg, tokenizer, rollout, load_examples(cfg.data, "train"), dist, local_groups,
+                           micro_groups * G)
+    queue = RolloutQueue(cfg.rollout.async_level)
     monitor = CollapseMonitor(CollapseConfig.from_dict(cfg.collapse))
     ckpt_dir = ctx.run_dir / "checkpoints"
     state = checkpoint.restore(engine, ckpt_dir, dist.rank) or {"step": 0}
     monitor.load(state.get("collapse", {}))
+    queue.load(checkpoint.load_extra(ckpt_dir, f"queue_rank{dist.rank}.pt") or [])
     tracker = _open_tracker(cfg, ctx, dist, manifest)
-    start_step, last = state["step"], {}
-    status = "FINISHED"
+    logged = _LoggedSteps(ctx.run_dir)
+    preempt, last, status = Preemption(), {}, "FINISHED"
     try:
-        for step in range(start_step, cfg.optim.steps):
+        for step in range(state["step"], cfg.optim.steps):
             t0 = time.perf_counter()
-            idx = order.indices(step, cfg.optim.batch_prompts)[dist.rank * local_groups:(dist.rank + 1) * local_groups]
-            chunk = [examples[i] for i in idx]
-            prompts = [_encode(tokenizer, prompt_text(tokenizer, ex, cfg.data.dataset, cfg.model.chat_template),
-                               cfg.rollout.max_prompt_tokens) for ex in chunk]
-            ro = rollout.generate(prompts, G, sampling, seed=_seed(cfg.seed, step, dist.rank))
-            rewards = torch.tensor([grade(text, chunk[i // G]) for i, text in enumerate(ro.texts)])
-            micro = micro_groups * G
-            ref_logp = score_logprobs(reference, ro.prompt_ids, ro.response_ids, tokenizer.pad_token_id, micro,
-                                      cfg.rollout.temperature)
-            off_policy = cfg.optim.updates_per_batch > 1
-            behaviour = (score_logprobs(engine.module, ro.prompt_ids, ro.response_ids, tokenizer.pad_token_id,
-                                        micro, cfg.rollout.temperature) if off_policy else None)
-            batch = Batch(ro.prompt_ids, ro.response_ids, rewards, behaviour, ref_logp, tokenizer.pad_token_id)
-            m = update(engine, batch, cfg.kl, cfg.algorithm, cfg.optim.updates_per_batch, micro_groups,
-                       cfg.rollout.temperature, dist.device)
-            m.update(_rollout_metrics(ro, rewards, dist.device))
+            sampled = queue.next(step, lambda s, v=step: sampler.sample(s, version=v, model=engine.module))
+            m = _train_step(cfg, engine, reference, tokenizer, sampled, micro_groups, dist)
+            m["lag"] = step - sampled.version
             m["step_time_s"] = time.perf_counter() - t0
             m["tokens_per_s"] = m.pop("_tokens_total") / m["step_time_s"]
             if cfg.data.val_every and (step + 1) % cfg.data.val_every == 0:
-                m["val_pass_at_1"] = pass_at_1(rollout, tokenizer, val_examples, cfg, grade, dist, step)
-            last = _log(tracker, m, step + 1)
+                m["val_pass_at_1"] = pass_at_1(rollout, tokenizer, val_examples, cfg, sampler.grade, dist, step)
+            last = _log(tracker, logged, m, step + 1, dist.is_main)
             monitor.update(step + 1, last)
             if dist.is_main:
                 monitor.write(ctx.run_dir / "verdict.json")
-            done = step + 1 == cfg.optim.steps
-            stop = monitor.should_stop()
-            if done or stop or (step + 1) % cfg.checkpoint.every == 0:
-                checkpoint.save(engine, ckpt_dir, step + 1, {"mlflow_run_key": ctx.run_key,
-                                "collapse": monitor.state()}, dist.rank, cfg.checkpoint.keep_last)
+            stop, preempted = monitor.should_stop(), preempt.agreed(dist.device)
+            if step + 1 == cfg.optim.steps or stop or preempted or (step + 1) % cfg.checkpoint.every == 0:
+                checkpoint.save(engine, ckpt_dir, step + 1, {"run_key": ctx.run_key, "collapse": monitor.state()},
+                                dist.rank, cfg.checkpoint.keep_last,
+                                extra={f"queue_rank{dist.rank}.pt": queue.state()})
+            if preempted:
+                status = "KILLED"
+                tracker.close(status)
+                requeue_self()
+                return {"metrics": last, "verdict": monitor.verdict_dict(), "preempted": True}
             if stop:
                 break
         if dist.is_main:
@@ -197,36 +188,59 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
         status = "FAILED"
         raise
     finally:
-        tracker.close(status)
-    return {"metrics": last, "verdict": monitor.verdict_dict()}
+        preempt.restore()
+        if status != "KILLED":
+            tracker.close(status)
+    return {"metrics": last, "verdict": monitor.verdict_dict(), "preempted": False}
 
 
-def _encode(tokenizer, text: str, max_tokens: int) -> list[int]:
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return ids[-max_tokens:]  # keep the end: the instruction and the generation prompt
+def _train_step(cfg: RunConfig, engine, reference, tokenizer, sampled, micro_groups: int, dist) -> dict:
+    """Reference log-probs, then every policy update of this batch; returns the step's metrics."""
+    micro = micro_groups * cfg.algorithm.group_size
+    ref_logp = score_logprobs(reference, sampled.prompt_ids, sampled.response_ids, tokenizer.pad_token_id, micro,
+                              cfg.rollout.temperature)
+    batch = Batch(sampled.prompt_ids, sampled.response_ids, sampled.rewards_tensor(), sampled.behavior_tensor(),
+                  ref_logp, tokenizer.pad_token_id)
+    m = update(engine, batch, cfg.kl, cfg.algorithm, cfg.optim.updates_per_batch, micro_groups,
+               cfg.rollout.temperature, dist.device)
+    m.update(_rollout_metrics(sampled, dist.device))
+    return m
 
 
-def _seed(seed: int, step: int, rank: int) -> int:
-    return (seed * 1_000_003 + step * 10_007 + rank) % (2**31 - 1)
+class _LoggedSteps:
+    """The last metric step this run delivered to the tracker, kept in the run directory: after a resume from an
+    older checkpoint, the steps it re-trains (bitwise the same) are not logged a second time."""
+
+    def __init__(self, run_dir: Path):
+        self.path = run_dir / "logged_step"
+        self.last = int(self.path.read_text()) if self.path.exists() else 0
+
+    def mark(self, step: int) -> None:
+        self.last = step
+        checkpoint.atomic_write_text(self.path, str(step))
 
 
-def _rollout_metrics(ro, rewards: torch.Tensor, device) -> dict[str, float]:
-    n = len(ro.response_ids)
-    lengths = sum(len(r) for r in ro.response_ids)
-    tot = distributed.all_reduce_sum(
-        [float(rewards.sum()), float((rewards >= 1.0).sum()), float(lengths), float(sum(ro.truncated)), n], device)
+def _rollout_metrics(sampled, device) -> dict[str, float]:
+    n = len(sampled.response_ids)
+    lengths = sum(len(r) for r in sampled.response_ids)
+    rewards = torch.tensor(sampled.rewards)
+    tot = distributed.all_reduce_sum([float(rewards.sum()), float((rewards >= 1.0).sum()), float(lengths),
+                                      float(sum(sampled.truncated)), n], device)
     return {"reward_mean": tot[0] / tot[4], "accuracy": tot[1] / tot[4], "response_length": tot[2] / tot[4],
             "truncation_rate": tot[3] / tot[4], "_tokens_total": tot[2]}
 
 
-def _log(tracker, m: dict, step: int) -> dict:
-    """Namespace and log. Names come from trainer/metrics.py: no '@' (MLflow refuses it)."""
-    perf = {"step_time_s", "tokens_per_s"}
+def _log(tracker, logged: _LoggedSteps, m: dict, step: int, is_main: bool) -> dict:
+    """Namespace (keys listed in trainer/metrics.py; no '@', MLflow refuses it) and log, once per step."""
     out = {}
     for k, v in m.items():
         if k == "val_pass_at_1":
             out["val/pass_at_1"] = v
+        elif k == "lag":
+            out["async/lag"] = v
         else:
-            out[("perf/" if k in perf else "train/") + k] = v
-    tracker.log_metrics(out, step)
+            out[("perf/" if k in ("step_time_s", "tokens_per_s") else "train/") + k] = v
+    if is_main and step > logged.last:
+        tracker.log_metrics(out, step)
+        logged.mark(step)
     return out
