@@ -1,19 +1,141 @@
-"""The only module that imports submitit (STYLE.md rule 6).
+"""The only module that imports submitit (STYLE.md rule 6): the job callables, the code snapshot, the sbatch
+parameters of an array, and the two backends that submit through submitit (Slurm, or submitit's local executor).
 
-For now it renders: the sbatch script of each job array, by submitit's own renderer, so `--dry-run` shows
-exactly what `sbatch` would get. Submission through submitit's executor comes in a later issue.
+On Slurm a group of cells goes out as ONE sbatch (`with executor.batch()`: an array, `%N` throttled), and its
+evaluation as one more, chained task by task (`aftercorr:<train array>`, `kill-on-invalid-dep=yes`; `afterok`
+for a single job). Jobs run the code snapshot taken at submission (`snapshot_code`), not the working tree.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shlex
+import shutil
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import submitit
+from submitit.helpers import Checkpointable, DelayedSubmission
 from submitit.slurm.slurm import _make_sbatch_string
 
+from orchestrator import jobs, slurm_query
+from orchestrator.ledger import Ledger, add_attempt, attempts
 from orchestrator.plan import JobGroup, Plan
-from orchestrator.sweep import Sweep
+from orchestrator.schema import SlurmProfile, SlurmResources
+from orchestrator.slurm_query import JobRow
+from orchestrator.sweep import REPO, Sweep
+
+PACKAGES = ("orchestrator", "trainer", "eval")  # what a job imports; copied into every snapshot
+MAX_SNAPSHOT_FILE = 5 * 1024**2  # larger files are data, not code: left out
+
+
+# --- the callables submitit pickles into each job ------------------------------------------------------------------
+
+class TrainJob(Checkpointable):
+    """One cell's training call. On the warning signal before a time limit or a preemption, submitit calls
+    `checkpoint()` and requeues the same call (same job id, so its chained evaluation keeps waiting); the
+    trainer resumes from `<run_dir>/checkpoints/latest.json` by itself."""
+
+    def __init__(self, entry: str = jobs.TRAIN_ENTRY):
+        self.entry = entry
+
+    def __call__(self, run_dir: str):
+        return jobs.run_train(self.entry, run_dir)
+
+    def checkpoint(self, run_dir: str) -> DelayedSubmission:
+        return DelayedSubmission(TrainJob(self.entry), run_dir)
+
+
+class EvalJob:
+    """One cell's evaluation call; writes `<run_dir>/eval_result.json`."""
+
+    def __init__(self, entry: str = jobs.EVAL_ENTRY):
+        self.entry = entry
+
+    def __call__(self, run_dir: str):
+        return jobs.run_eval(self.entry, run_dir)
+
+
+CALLABLES = {"train": TrainJob, "eval": EvalJob}
+
+
+# --- the code snapshot ---------------------------------------------------------------------------------------------
+
+def snapshot_code(sweep_dir: Path, repo: Path = REPO) -> Path:
+    """Copy orchestrator/, trainer/, eval/ into `<sweep_dir>/code/<content hash>/` (once per content) and return
+    it. `.cache` (tiny model, JIT-built ops) is a link to the working tree's: a cache, not code."""
+    files = sorted(p for pkg in PACKAGES if (repo / pkg).is_dir() for p in (repo / pkg).rglob("*")
+                   if p.is_file() and "__pycache__" not in p.parts and not p.name.startswith(".")
+                   and p.stat().st_size <= MAX_SNAPSHOT_FILE)
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(str(path.relative_to(repo)).encode() + b"\0" + path.read_bytes() + b"\0")
+    target = Path(sweep_dir).absolute() / "code" / digest.hexdigest()[:12]
+    if target.is_dir():
+        return target
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for path in files:
+        dest = tmp / path.relative_to(repo)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dest)
+    (repo / ".cache").mkdir(exist_ok=True)
+    (tmp / ".cache").symlink_to(repo.absolute() / ".cache", target_is_directory=True)
+    try:
+        os.rename(tmp, target)
+    except OSError:  # another orchestrator made the same snapshot first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def setup_lines(code: Path | str) -> list[str]:
+    """Shell lines before the job's python: the snapshot first on sys.path, the working directory off it."""
+    code = shlex.quote(str(code))
+    return [f"export PYTHONPATH={code}${{PYTHONPATH:+:$PYTHONPATH}}", "export PYTHONSAFEPATH=1",
+            f"export COMEDY_CODE={code}"]
+
+
+# --- parameters (pure) -----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Options:
+    """How jobs go out: executor ("auto": Slurm where sbatch is on PATH, else local), the warning signal's lead
+    time (seconds for the trainer to checkpoint), whether Slurm may requeue jobs, in-job requeues after a
+    timeout, and the job entries ("module:function" taking a run dir)."""
+
+    executor: str = "auto"
+    signal_delay_s: int = 90  # submitit's default; raise it (--signal-delay) when a step + checkpoint take longer
+    requeue: bool = True
+    max_num_timeout: int = 3
+    train_entry: str = jobs.TRAIN_ENTRY
+    eval_entry: str = jobs.EVAL_ENTRY
+
+    def resolved_executor(self) -> str:
+        if self.executor == "auto":
+            return "slurm" if slurm_query.available() else "local"
+        return self.executor
+
+
+def resources_params(profile: SlurmProfile, res: SlurmResources) -> dict:
+    """submitit's Slurm parameters for one job: one task per GPU (tasks_per_node), CPUs per task, memory per
+    node; no --gpus-per-node=0 on clusters without GPUs."""
+    mem = f"{int(res.mem_gb)}G" if float(res.mem_gb).is_integer() else f"{int(res.mem_gb * 1024)}M"
+    params = {"partition": profile.partition, "account": profile.account, "qos": profile.qos, "time": res.time_min,
+              "nodes": res.nodes, "ntasks_per_node": res.tasks_per_node, "cpus_per_task": res.cpus_per_task,
+              "gpus_per_node": res.gpus_per_node or None, "mem": mem, "constraint": res.constraint}
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def array_name(sweep: str, kind: str, run_keys: list[str], attempts: list[int]) -> str:
+    """A single cell's job is `<sweep>-<kind>-<run_key>-a<attempt>`; an array is `<sweep>-<kind>-<digest>`, the
+    digest of its (run_key, attempt) pairs, which the ledger maps back to its cells."""
+    if len(run_keys) == 1:
+        return f"{sweep}-{kind}-{run_keys[0]}-a{attempts[0]}"
+    pairs = ",".join(f"{k}:{a}" for k, a in zip(run_keys, attempts))
+    return f"{sweep}-{kind}-{hashlib.sha256(pairs.encode()).hexdigest()[:10]}"
 
 
 def log_folder(sweep: Sweep, root: str | Path | None = None) -> Path:
@@ -22,31 +144,17 @@ def log_folder(sweep: Sweep, root: str | Path | None = None) -> Path:
 
 
 def sbatch_parameters(sweep: Sweep, plan: Plan, group: JobGroup) -> dict:
-    """Keyword arguments of submitit's renderer (its `slurm_*` executor parameters) for one array."""
-    res, profile = group.resources, sweep.profile
-    mem = f"{int(res.mem_gb)}G" if float(res.mem_gb).is_integer() else f"{int(res.mem_gb * 1024)}M"
-    params = {
-        "job_name": f"{sweep.name}-{group.name}",
-        "partition": profile.partition,
-        "account": profile.account,
-        "qos": profile.qos,
-        "time": res.time_min,
-        "nodes": res.nodes,
-        "ntasks_per_node": res.tasks_per_node,
-        "cpus_per_task": res.cpus_per_task,
-        "gpus_per_node": res.gpus_per_node or None,  # no --gpus-per-node=0 on clusters without GPUs
-        "mem": mem,
-        "constraint": res.constraint,
-        "map_count": group.size,
-        "array_parallelism": plan.array_parallelism,
-        "setup": [f"# {sweep.name}/{group.name}: array task i runs the i-th run_key of this group in "
-                  f"{Path(sweep.spec.output_root) / sweep.name / 'manifest.json'}"],
-    }
+    """Keyword arguments of submitit's renderer (its `slurm_*` executor parameters) for one array (dry run)."""
+    params = {**resources_params(sweep.profile, group.resources), "job_name": f"{sweep.name}-{group.name}",
+              "map_count": group.size, "array_parallelism": plan.array_parallelism,
+              "setup": setup_lines(Path(sweep.spec.output_root) / sweep.name / "code" / "<content hash>")}
     if group.after:
         # The training array's job id exists only once it is submitted; dry-run shows where it goes.
         params["dependency"] = f"aftercorr:<job id of {sweep.name}-{group.after}>"
-        params["additional_parameters"] = {"kill-on-invalid-dep": "yes"}
-    return {k: v for k, v in params.items() if v is not None}
+        params["additional_parameters"] = {"kill-on-invalid-dep": "yes", "requeue": True}
+    else:
+        params["additional_parameters"] = {"requeue": True}
+    return params
 
 
 def render_sbatch(sweep: Sweep, plan: Plan, group: JobGroup, python: str | None = None) -> str:
@@ -54,4 +162,158 @@ def render_sbatch(sweep: Sweep, plan: Plan, group: JobGroup, python: str | None 
     folder = log_folder(sweep).absolute()
     command = " ".join([shlex.quote(python or sys.executable), "-u -m submitit.core._submit",
                         shlex.quote(str(folder))])
-    return _make_sbatch_string(command=command, folder=folder, **sbatch_parameters(sweep, plan, group))
+    return _make_sbatch_string(command=command, folder=folder, signal_delay_s=Options().signal_delay_s,
+                               **sbatch_parameters(sweep, plan, group))
+
+
+# --- the backends ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Submitted:
+    job_id: str
+    stdout: str
+    stderr: str
+
+
+class SlurmBackend:
+    """Submits through submitit's SlurmExecutor; reads states with one sacct per poll."""
+
+    kind = "slurm"
+
+    def __init__(self, sweep_dir: Path, options: Options):
+        self.folder = Path(sweep_dir).absolute() / "slurm" / "%j"
+        self.options = options
+
+    def submit(self, kind: str, entry: str, run_dirs: list[str], params: dict, name: str, code: str,
+               dependency: str | None = None, parallelism: int = 1) -> list[Submitted]:
+        """One sbatch: an array when there are several run dirs, else a single job."""
+        ex = submitit.SlurmExecutor(folder=self.folder, max_num_timeout=self.options.max_num_timeout)
+        extra = {"requeue" if self.options.requeue else "no-requeue": True}
+        if dependency:
+            extra["kill-on-invalid-dep"] = "yes"
+        ex.update_parameters(**params, job_name=name, signal_delay_s=self.options.signal_delay_s,
+                             array_parallelism=parallelism, setup=setup_lines(code), dependency=dependency,
+                             additional_parameters=extra)
+        with ex.batch():
+            submitted = [ex.submit(CALLABLES[kind](entry), run_dir) for run_dir in run_dirs]
+        return [Submitted(j.job_id, str(j.paths.stdout), str(j.paths.stderr)) for j in submitted]
+
+    def rows(self, job_ids: list[str]) -> dict[str, list[JobRow]]:
+        return slurm_query.sacct(job_ids)
+
+    def find(self, names: list[str], since: float) -> dict[str, list[JobRow]]:
+        return slurm_query.find_by_names(names, since)
+
+    def cancel(self, job_ids: list[str]) -> None:
+        slurm_query.scancel(job_ids)
+
+    def array_limit(self) -> int:
+        return slurm_query.max_array_size()
+
+
+class LocalBackend:
+    """submitit's LocalExecutor: one process per job on this machine, followed by this process (no dependencies:
+    the watcher starts each evaluation when its training has completed)."""
+
+    kind = "local"
+
+    def __init__(self, sweep_dir: Path, options: Options):
+        self.folder = Path(sweep_dir).absolute() / "local" / "%j"
+        self.options = options
+        self.jobs: dict[str, tuple[object, str, float]] = {}  # job id -> (submitit job, name, submit time)
+
+    def submit(self, kind: str, entry: str, run_dirs: list[str], params: dict, name: str, code: str,
+               dependency: str | None = None, parallelism: int = 1) -> list[Submitted]:
+        ex = submitit.LocalExecutor(folder=self.folder, max_num_timeout=self.options.max_num_timeout)
+        ex.update_parameters(timeout_min=params.get("time", 60), tasks_per_node=1,
+                             signal_delay_s=self.options.signal_delay_s, setup=setup_lines(code))
+        out = []
+        for run_dir in run_dirs:
+            job = ex.submit(CALLABLES[kind](entry), run_dir)
+            self.jobs[job.job_id] = (job, name, time.time())
+            out.append(Submitted(job.job_id, str(job.paths.stdout), str(job.paths.stderr)))
+        return out
+
+    def rows(self, job_ids: list[str]) -> dict[str, list[JobRow]]:
+        return {j: [local_row(j, *self.jobs[j])] for j in job_ids if j in self.jobs}
+
+    def find(self, names: list[str], since: float) -> dict[str, list[JobRow]]:
+        return {}  # local jobs die with the process that followed them
+
+    def cancel(self, job_ids: list[str]) -> None:
+        for job_id in job_ids:
+            if job_id in self.jobs:
+                self.jobs[job_id][0].cancel(check=False)
+
+    def array_limit(self) -> int:
+        return 10**9
+
+
+def local_row(job_id: str, job, name: str, submitted: float) -> JobRow:
+    """A local job's state in sacct's words: RUNNING, COMPLETED, FAILED (exit code, exception as reason)."""
+    state = job.state
+    if state == "RUNNING":
+        return JobRow(job_id, name, "RUNNING", submit=submitted)
+    code = job._process.poll() if getattr(job, "_process", None) is not None else None
+    try:
+        error = job.exception()
+    except Exception as err:  # noqa: BLE001 - no result at all: the process died (killed, SystemExit)
+        error = err
+    if state == "FINISHED" and error is None:
+        return JobRow(job_id, name, "COMPLETED", "0:0", submit=submitted, end=time.time())
+    exit_code = f"0:{-code}" if code is not None and code < 0 else f"{code or 1}:0"
+    reason = f"{type(error).__name__}: {str(error).strip().splitlines()[-1][:300] if str(error).strip() else ''}"
+    return JobRow(job_id, name, "FAILED", exit_code, reason, submit=submitted, end=time.time())
+
+
+def make_backend(sweep_dir: Path, options: Options):
+    kind = options.resolved_executor()
+    if kind == "slurm" and not slurm_query.available():
+        from orchestrator.errors import UserError
+        raise UserError("--executor slurm: sbatch is not on PATH; run on a Slurm login node, or use --executor local")
+    return (SlurmBackend if kind == "slurm" else LocalBackend)(sweep_dir, options)
+
+
+# --- the intent protocol -------------------------------------------------------------------------------------------
+
+def submit_jobs(backend, ledger: Ledger, records: list[dict], kinds: tuple[str, ...] = ("train", "eval"),
+                parallelism: int = 1) -> None:
+    """Submit these cells' jobs of `kinds` with one sbatch per kind: intents first (job names in the ledger), then
+    sbatch, then the job ids. The evaluation is chained on the training submitted here: task by task
+    (`aftercorr`) for an array, `afterok` for a single job. Where the backend has no dependencies (local), only
+    the training goes out; the watcher starts the evaluation when the training has completed."""
+    if backend.kind != "slurm" and "train" in kinds:
+        kinds = ("train",)
+    now, first, many = time.time(), records[0], len(records) > 1
+    intents: dict[str, list[dict]] = {}
+    for kind in kinds:
+        numbers = [len(attempts(r, kind)) + 1 for r in records]
+        name = array_name(first["sweep"], kind, [r["run_key"] for r in records], numbers)
+        intents[kind] = [add_attempt(r, kind, name, now, array_index=i if many else None, executor=backend.kind)
+                         for i, r in enumerate(records)]
+    ledger.save_all(records)  # from here on a crash leaves job names the next orchestrator looks for: no duplicate
+    train_ids: list[str] = []
+    try:
+        for kind in kinds:
+            dependency = None
+            if kind == "eval" and train_ids:
+                dependency = f"aftercorr:{train_ids[0].split('_')[0]}" if many else f"afterok:{train_ids[0]}"
+            done = backend.submit(kind, first["entries"][kind], [r["run_dir"] for r in records],
+                                  first["params"][kind], intents[kind][0]["name"], first["code"], dependency,
+                                  parallelism)
+            for i, (job, sub) in enumerate(zip(intents[kind], done)):
+                job.update(job_id=sub.job_id, state="SUBMITTED", submitted_at=time.time(), stdout=sub.stdout,
+                           stderr=sub.stderr, after=train_ids[i] if dependency else None)
+            if kind == "train":
+                train_ids = [s.job_id for s in done]
+    finally:
+        ledger.save_all(records)
+
+
+def submit_watcher(fn, sweep_dir: Path, kwargs: dict, params: dict, code: str, dependency: str | None = None) -> str:
+    """The watcher as a small Slurm job of its own (`fn(sweep_dir, **kwargs)`: watch.watch_job), named
+    `<sweep>-watcher`; returns its job id. Its logs go with the sweep's."""
+    ex = submitit.SlurmExecutor(folder=Path(sweep_dir).absolute() / "slurm" / "%j", max_num_timeout=0)
+    ex.update_parameters(**params, job_name=f"{Path(sweep_dir).name}-watcher", setup=setup_lines(code),
+                         dependency=dependency, nodes=1, ntasks_per_node=1, cpus_per_task=1)
+    return ex.submit(fn, str(sweep_dir), **kwargs).job_id

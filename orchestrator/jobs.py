@@ -1,0 +1,128 @@
+"""What a Slurm (or local) job runs: `train_job(run_dir)` and `eval_job(run_dir)`, imported from the code snapshot.
+
+submitit pickles `submit.TrainJob(entry)` / `submit.EvalJob(entry)` (the callables, there because submit.py is the
+only module that imports submitit); on the node they import the entry named here ("orchestrator.jobs:train_job")
+from `<sweep_dir>/code/<hash>/` (PYTHONPATH set by the job's setup lines, PYTHONSAFEPATH keeps the working
+directory off sys.path), so editing the working tree never changes a queued job.
+
+`probe_train` / `probe_eval` are a tiny checkpointing job with the same contract (count to N, one checkpoint per
+step): what the integration tests and the benchmark submit to exercise the machinery in seconds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import time
+from pathlib import Path
+
+TRAIN_ENTRY = "orchestrator.jobs:train_job"
+EVAL_ENTRY = "orchestrator.jobs:eval_job"
+
+
+def resolve_entry(entry: str):
+    module, _, name = entry.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def run_train(entry: str, run_dir: str):
+    return resolve_entry(entry)(Path(run_dir))
+
+
+def run_eval(entry: str, run_dir: str):
+    """Evaluate, and keep the result beside the run (what `orchestrate status` shows)."""
+    result = resolve_entry(entry)(Path(run_dir))
+    if is_rank0():
+        write_json(Path(run_dir) / "eval_result.json", {"result": result, "code": code_dir(), "at": time.time()})
+    return result
+
+
+def code_dir() -> str:
+    """The code this job runs: the snapshot directory on a node, the working tree elsewhere."""
+    return str(Path(__file__).resolve().parents[1])
+
+
+def is_rank0() -> bool:
+    return os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0")) == "0"
+
+
+def train_job(run_dir: Path) -> dict:
+    """Read the run's resolved config.yaml and train (or resume) it."""
+    import yaml
+
+    from trainer.config import RunConfig
+    from trainer.train import RunContext, train
+
+    cfg = RunConfig.from_dict(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")))
+    record = _record(run_dir)
+    sweep = record.get("sweep") or run_dir.parent.name
+    ctx = RunContext(run_dir=run_dir, run_key=run_dir.name, sweep_id=sweep, parent_run_key=f"sweep-{sweep}",
+                     axes=record.get("axes"))
+    return train(cfg, ctx)
+
+
+def eval_job(run_dir: Path) -> dict:
+    """Evaluate the run's final checkpoint (eval/run.py, imported only here: a job that never evaluates does
+    not need lm-eval)."""
+    try:
+        from eval.run import evaluate
+    except ImportError as err:
+        raise RuntimeError(f"eval.run.evaluate is not available in this code snapshot ({err})") from err
+    return evaluate(run_dir)
+
+
+def _record(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir.parent / "ledger" / f"{run_dir.name}.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+# --- the probe: a real job that counts to N, one checkpoint per step --------------------------------------------
+
+def probe_settings(run_dir: Path) -> dict:
+    """`<run_dir>/probe.json`: steps, sleep_s, fail_exit (exit with it at fail_at_step), collapse_at_step."""
+    defaults = {"steps": 3, "sleep_s": 0.0, "fail_exit": None, "fail_at_step": 1, "collapse_at_step": None}
+    try:
+        return {**defaults, **json.loads((run_dir / "probe.json").read_text(encoding="utf-8"))}
+    except (OSError, json.JSONDecodeError):
+        return defaults
+
+
+def probe_train(run_dir: Path) -> dict:
+    """Resume from checkpoints/latest.json, count to `steps` writing a checkpoint each step; may fail or
+    collapse on request. Every start is logged in starts.jsonl (step it resumed from, job id, code)."""
+    s = probe_settings(run_dir)
+    latest = run_dir / "checkpoints" / "latest.json"
+    step = json.loads(latest.read_text())["step"] if latest.exists() else 0
+    with open(run_dir / "starts.jsonl", "a") as f:
+        f.write(json.dumps({"from_step": step, "job": os.environ.get("SLURM_JOB_ID"), "code": code_dir(),
+                            "restart": os.environ.get("SLURM_RESTART_COUNT", "0"), "at": time.time()}) + "\n")
+    while step < s["steps"]:
+        time.sleep(s["sleep_s"])
+        step += 1
+        write_json(latest, {"tag": f"step_{step:06d}", "step": step})
+        if s["collapse_at_step"] is not None and step >= s["collapse_at_step"]:
+            write_json(run_dir / "verdict.json", {"verdict": "collapsed", "step": step,
+                                                   "reason": "probe asked to collapse", "findings": []})
+        if s["fail_exit"] is not None and step >= s["fail_at_step"]:
+            raise SystemExit(int(s["fail_exit"]))
+    return {"step": step, "code": code_dir()}
+
+
+def probe_eval(run_dir: Path) -> dict:
+    """Read the final probe checkpoint; fails when training has not finished (so a chained eval that ran
+    too early shows up)."""
+    s = probe_settings(run_dir)
+    step = json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"]
+    if step != s["steps"]:
+        raise RuntimeError(f"evaluated at step {step} of {s['steps']}: training had not finished")
+    return {"step": step, "eval/probe/mean_at_1": 1.0}

@@ -1,0 +1,141 @@
+"""Submission pieces that need no cluster: the code snapshot (and that a job really imports it), the sbatch
+parameters of multi-node multi-GPU jobs, job names, and the intent-before-sbatch order of `submit_jobs`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator import ledger as L
+from orchestrator.plan import make_plan
+from orchestrator.submit import (
+    Submitted,
+    array_name,
+    render_sbatch,
+    resources_params,
+    setup_lines,
+    snapshot_code,
+    submit_jobs,
+)
+from orchestrator.sweep import load_sweep
+
+REPO = Path(__file__).resolve().parents[2]
+SWEEPS = REPO / "sweeps"
+
+
+def fake_repo(root: Path, marker: str) -> Path:
+    for pkg in ("orchestrator", "trainer", "eval"):
+        (root / pkg).mkdir(parents=True, exist_ok=True)
+        (root / pkg / "__init__.py").write_text(f"WHERE = {marker!r}\n")
+    (root / "orchestrator" / "__pycache__").mkdir(exist_ok=True)
+    (root / "orchestrator" / "__pycache__" / "x.pyc").write_bytes(b"junk")
+    (root / "README.md").write_text("not copied")
+    return root
+
+
+def test_the_snapshot_is_keyed_by_content_and_holds_only_the_packages(tmp_path):
+    repo = fake_repo(tmp_path / "repo", "v1")
+    first = snapshot_code(tmp_path / "sweep", repo)
+    assert snapshot_code(tmp_path / "sweep", repo) == first  # same content: same directory, no copy
+    copied = sorted(p.relative_to(first).as_posix() for p in first.glob("[!.]*/**/*") if p.is_file())
+    assert copied == ["eval/__init__.py", "orchestrator/__init__.py", "trainer/__init__.py"]
+    assert (first / ".cache").resolve() == (repo / ".cache").resolve()
+    (repo / "trainer" / "__init__.py").write_text("WHERE = 'edited'\n")
+    second = snapshot_code(tmp_path / "sweep", repo)
+    assert second != first and (first / "trainer" / "__init__.py").read_text() == "WHERE = 'v1'\n"
+
+
+def test_a_job_imports_the_snapshot_even_when_started_in_the_working_tree(tmp_path):
+    """The job's setup lines put the snapshot first and keep the working directory off sys.path (the editable
+    install of the real tree would otherwise win)."""
+    tree = fake_repo(tmp_path / "tree", "working tree")
+    snap = snapshot_code(tmp_path / "sweep", fake_repo(tmp_path / "submitted", "snapshot"))
+    command = f"{sys.executable} -c 'import orchestrator; print(orchestrator.WHERE)'"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    plain = subprocess.run(["bash", "-c", command], cwd=tree, capture_output=True, text=True, env=env)
+    assert plain.stdout.strip() == "working tree", plain.stderr  # what a job would run without the lines
+    job = subprocess.run(["bash", "-c", "; ".join([*setup_lines(snap), command])], cwd=tree, capture_output=True,
+                         text=True, env=env)
+    assert job.stdout.strip() == "snapshot", job.stderr
+
+
+def test_multi_node_multi_gpu_resources_one_task_per_gpu():
+    sweep = load_sweep(SWEEPS / "onpolicy.yaml")
+    params = resources_params(sweep.profile, sweep.cells[0].resources)
+    assert params == {"partition": "gpu", "time": 1440, "nodes": 2, "ntasks_per_node": 4, "cpus_per_task": 8,
+                      "gpus_per_node": 4, "mem": "400G"}
+    local = load_sweep(SWEEPS / "smoke.yaml")
+    assert "gpus_per_node" not in resources_params(local.profile, local.cells[0].resources)
+
+
+def test_the_dry_run_script_carries_the_snapshot_requeue_and_signal():
+    sweep = load_sweep(SWEEPS / "onpolicy.yaml")
+    plan = make_plan(sweep)
+    script = render_sbatch(sweep, plan, plan.groups[1], python="python").splitlines()
+    for line in ("#SBATCH --requeue", "#SBATCH --kill-on-invalid-dep=yes", "#SBATCH --signal=USR2@90",
+                 "export PYTHONSAFEPATH=1"):
+        assert line in script, line
+    assert any(line.startswith("export PYTHONPATH=") and "runs/onpolicy/code/" in line for line in script)
+
+
+def test_job_names_carry_the_run_key_or_the_cells_digest():
+    assert array_name("sw", "train", ["abc"], [2]) == "sw-train-abc-a2"
+    digest = array_name("sw", "eval", ["a", "b"], [1, 1])
+    assert digest.startswith("sw-eval-") and digest == array_name("sw", "eval", ["a", "b"], [1, 1])
+    assert digest != array_name("sw", "eval", ["a", "b"], [1, 2])
+
+
+class RecordingBackend:
+    """Records what would be submitted and what the ledger said at that moment."""
+
+    kind = "slurm"
+
+    def __init__(self, ledger, fail_on: str | None = None):
+        self.ledger, self.fail_on, self.calls = ledger, fail_on, []
+
+    def submit(self, kind, entry, run_dirs, params, name, code, dependency=None, parallelism=1):
+        on_disk = {k: [j["state"] for j in r["jobs"] if j["kind"] == kind] for k, r in self.ledger.records().items()}
+        self.calls.append({"kind": kind, "name": name, "dependency": dependency, "on_disk": on_disk})
+        if kind == self.fail_on:
+            raise RuntimeError("sbatch: timed out")
+        base = 100 + len(self.calls)
+        ids = [f"{base}_{i}" for i in range(len(run_dirs))] if len(run_dirs) > 1 else [str(base)]
+        return [Submitted(i, f"{i}.out", f"{i}.err") for i in ids]
+
+
+def records(n: int) -> list[dict]:
+    out = []
+    for i in range(n):
+        r = L.new_record("sw", f"k{i}", f"c{i}", {}, f"/runs/sw/k{i}")
+        r.update(code="/code", entries={"train": "m:t", "eval": "m:e"}, params={"train": {}, "eval": {}})
+        out.append(r)
+    return out
+
+
+def test_intents_are_on_disk_before_sbatch_and_evaluations_chain_task_by_task(tmp_path):
+    ledger = L.Ledger(tmp_path)
+    backend = RecordingBackend(ledger)
+    recs = records(3)
+    submit_jobs(backend, ledger, recs)
+    train, ev = backend.calls
+    assert train["on_disk"] == {f"k{i}": ["INTENT"] for i in range(3)}
+    assert ev["on_disk"] == {f"k{i}": ["INTENT"] for i in range(3)}
+    assert ev["dependency"] == "aftercorr:101"
+    saved = ledger.records()
+    assert [L.latest(saved[f"k{i}"], "eval")["after"] for i in range(3)] == ["101_0", "101_1", "101_2"]
+    assert [L.latest(saved[f"k{i}"], "train")["array_index"] for i in range(3)] == [0, 1, 2]
+    single = records(1)
+    submit_jobs(backend, ledger, single)
+    assert backend.calls[-1]["dependency"] == "afterok:103" and backend.calls[-2]["name"] == "sw-train-k0-a1"
+
+
+def test_a_failed_sbatch_leaves_the_intent_for_the_next_orchestrator(tmp_path):
+    ledger = L.Ledger(tmp_path)
+    with pytest.raises(RuntimeError, match="timed out"):
+        submit_jobs(RecordingBackend(ledger, fail_on="train"), ledger, records(2))
+    saved = ledger.records()
+    assert all(L.unresolved(r) and len(L.unresolved(r)) == 2 for r in saved.values())
