@@ -1,0 +1,405 @@
+"""Launching a sweep and following it: what to submit, and what to do when a job ends. The decisions are pure.
+
+`decide(record, verdict, now)` reads one cell's ledger record (its attempts with the states Slurm reported) and
+returns at most one `Action`, with its reason:
+
+- training COMPLETED            -> evaluation: submit it if missing; `complete` once it has COMPLETED
+- NODE_FAIL, PREEMPTED, BOOT_FAIL, TIMEOUT (after the in-job requeues), CANCELLED outside `orchestrate cancel`
+  (a kill), a first FAILED      -> `resubmit` within the retry budget; the evaluation is re-chained on the new
+                                   job, the job resumes from the cell's latest checkpoint
+- the same FAILED exit code twice, a user's cancellation, a collapsed run (verdict.json), OUT_OF_MEMORY (with
+  MaxRSS/ReqMem), a spent budget -> `give_up` with the reason; never resubmitted
+- an ended job Slurm may still requeue in place (NODE_FAIL, PREEMPTED) is given `grace_s` before acting.
+
+`triage(records)` says what a (re)launch submits: cells never submitted or whose intent never reached Slurm,
+evaluations missing after a completed training, and (with `retry_failed`) cells that ended unsuccessfully.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from orchestrator.errors import UserError
+from orchestrator.ledger import (
+    KINDS,
+    LIVE,
+    Ledger,
+    apply_rows,
+    attempts,
+    finish,
+    latest,
+    new_record,
+    note,
+    resolve,
+    to_poll,
+    unresolved,
+)
+from orchestrator.plan import make_plan
+from orchestrator.rundirs import atomic_write
+from orchestrator.slurm_query import SlurmError
+from orchestrator.submit import Options, SlurmBackend, resources_params, snapshot_code, submit_jobs, submit_watcher
+from orchestrator.sweep import Sweep
+from trainer.collapse import read_verdict
+
+RETRYABLE = {"NODE_FAIL": "node failure", "PREEMPTED": "preempted", "BOOT_FAIL": "node failed to boot",
+             "TIMEOUT": "time limit reached after the in-job requeues",
+             "CANCELLED": "cancelled outside `orchestrate cancel` (killed)",
+             "FAILED": "failed once; retried in case the cause was transient", "LOST": "never reached Slurm"}
+REQUEUE_GRACE_S = 60.0
+
+
+@dataclass(frozen=True)
+class Action:
+    run_key: str
+    do: str  # "resubmit" | "submit_eval" | "give_up" | "complete"
+    reason: str
+    kind: str = "train"  # what `resubmit` submits again (train brings a new chained evaluation)
+    status: str | None = None  # the final status of give_up / complete
+    cancel: tuple[str, ...] = ()  # job ids to scancel first: an evaluation still waiting on the old training
+
+
+def describe(job: dict) -> str:
+    where = f" on {job['node']}" if job.get("node") else ""
+    code = f", exit {job['exit_code']}" if job.get("exit_code") not in (None, "", "0:0") else ""
+    return f"{job['kind']} job {job['job_id'] or job['name']} {job['state']}{where}{code} (attempt {job['attempt']})"
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "unknown"
+    for unit in ("B", "K", "M", "G", "T"):
+        if n < 1024 or unit == "T":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return str(n)
+
+
+def decide(record: dict, verdict: str | None, now: float, max_retries: int = 3,
+           grace_s: float = REQUEUE_GRACE_S) -> Action | None:
+    """One cell's next step, or None (nothing to do yet). Pure: the record, the collapse verdict ("stable",
+    "unstable", "collapsed" or None) and the time in; an action out."""
+    if record.get("final"):
+        return None
+    train = latest(record, "train")
+    if train is None or train["state"] in LIVE:
+        return None  # planned (the launcher or the local pump starts it) or still in Slurm's hands
+    if train["state"] == "COMPLETED":
+        return _after_training(record, now, max_retries, grace_s)
+    return _after_failure(record, train, verdict, now, max_retries, grace_s)
+
+
+def _waiting_evals(record: dict) -> tuple[str, ...]:
+    ev = latest(record, "eval")
+    return (ev["job_id"],) if ev and ev["job_id"] and ev["state"] in LIVE else ()
+
+
+def _after_training(record: dict, now: float, max_retries: int, grace_s: float) -> Action | None:
+    key, train, ev = record["run_key"], latest(record, "train"), latest(record, "eval")
+    stale = ev is not None and ev.get("after") not in (None, train["job_id"])  # chained on an older training
+    if ev is None or ev["state"] == "LOST" or (stale and ev["state"] not in LIVE):
+        return Action(key, "submit_eval", f"training {train['job_id']} completed; its evaluation is submitted",
+                      kind="eval")
+    if ev["state"] in LIVE:
+        return None
+    if ev["state"] == "COMPLETED":
+        return Action(key, "complete", f"trained ({train['job_id']}) and evaluated ({ev['job_id']})",
+                      status="completed")
+    return _after_failure(record, ev, None, now, max_retries, grace_s)
+
+
+def _after_failure(record: dict, job: dict, verdict: str | None, now: float, max_retries: int,
+                   grace_s: float) -> Action | None:
+    key, kind, what, state = record["run_key"], job["kind"], describe(job), job["state"]
+    cancel = _waiting_evals(record) if kind == "train" else ()
+
+    def give_up(status: str, why: str) -> Action:
+        return Action(key, "give_up", f"{what}: {why}", kind=kind, status=status, cancel=cancel)
+
+    if record.get("user_cancelled"):
+        return give_up("cancelled", "cancelled by the user (orchestrate cancel); not resubmitted")
+    if verdict == "collapsed":
+        return give_up("collapsed", "the run collapsed (verdict.json); a collapse is a result, not resubmitted")
+    if state == "OUT_OF_MEMORY":
+        return give_up("out_of_memory", f"out of memory: MaxRSS {human_bytes(job.get('max_rss'))} of ReqMem "
+                       f"{job.get('req_mem') or 'unknown'}; raise mem_gb (sweep.slurm.overrides) and relaunch "
+                       f"with --retry-failed")
+    if state in ("NODE_FAIL", "PREEMPTED", "CANCELLED") and job.get("end") and now - job["end"] < grace_s:
+        return None  # Slurm may still requeue it in place (same id): give it a moment
+    previous = [a for a in attempts(record, kind) if a is not job and a["state"] != "LOST"]
+    if state == "FAILED" and previous and previous[-1]["state"] == "FAILED" \
+            and previous[-1]["exit_code"] == job["exit_code"]:
+        return give_up("gave_up", f"failed twice with exit code {job['exit_code']}: an error in the run, not the "
+                       f"infrastructure; see `orchestrate logs {key}`")
+    if state not in RETRYABLE:
+        return give_up("gave_up", f"{state} is not an infrastructure failure; not resubmitted")
+    used = len(previous)  # resubmissions so far (a LOST intent never ran: it spends nothing)
+    if state != "LOST" and used >= max_retries:
+        return give_up("gave_up", f"retry budget spent ({used} of {max_retries} resubmissions)")
+    budget = "" if state == "LOST" else f" ({used + 1} of at most {max_retries} resubmissions)"
+    return Action(key, "resubmit", f"{what}: {RETRYABLE[state]}; submitted again as attempt {job['attempt'] + 1}"
+                  f"{budget}, resuming from its latest checkpoint", kind=kind, cancel=cancel)
+
+
+@dataclass(frozen=True)
+class Triage:
+    train: tuple[str, ...]  # cells whose training (and its chained evaluation) goes out now
+    eval: tuple[str, ...]  # cells whose training completed and whose evaluation goes out now
+    kept: dict  # reason -> count of cells left as they are
+    reopened: tuple[str, ...] = ()  # final cells that --retry-failed submits again
+
+
+def triage(records: dict[str, dict], run_keys: list[str], retry_failed: bool = False) -> Triage:
+    """What a (re)launch submits for these cells, given their records (a missing record: never submitted).
+    Finished and live cells are kept; unsuccessful ones only with `retry_failed` (never a collapsed run)."""
+    train, evals, reopened, kept = [], [], [], {}
+
+    def keep(why: str) -> None:
+        kept[why] = kept.get(why, 0) + 1
+
+    for key in run_keys:
+        record = records.get(key)
+        t = latest(record, "train") if record else None
+        e = latest(record, "eval") if record else None
+        final = (record or {}).get("final")
+        if final and final["status"] == "completed":
+            keep("done")
+        elif final:
+            if retry_failed and final["status"] != "collapsed":
+                reopened.append(key)
+                (evals if t and t["state"] == "COMPLETED" else train).append(key)
+            else:
+                keep(final["status"])
+        elif t is None or t["state"] == "LOST":
+            train.append(key)
+        elif t["state"] in LIVE:
+            keep("training live")
+        elif t["state"] == "COMPLETED":
+            if e is None or e["state"] == "LOST":
+                evals.append(key)
+            elif e["state"] in LIVE or e["state"] == "COMPLETED":
+                keep("evaluation live or done")
+            elif retry_failed:
+                evals.append(key)
+            else:
+                keep(f"evaluation {e['state']}")
+        elif retry_failed:
+            train.append(key)
+        else:
+            keep(f"training {t['state']} (the watcher decides)")
+    return Triage(tuple(train), tuple(evals), kept, tuple(reopened))
+
+
+# --- launching and following (side effects through the ledger and a backend) ---------------------------------------
+
+@dataclass(frozen=True)
+class LaunchReport:
+    sweep_dir: Path
+    executor: str
+    code: Path | None
+    train: int  # cells whose training went out (or, local, was queued)
+    eval: int  # cells whose evaluation alone went out
+    sbatch: int  # submissions made (one per array)
+    kept: dict
+    resolved: int  # intents of an earlier, interrupted orchestrator settled by job name
+
+
+def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_failed: bool = False) -> LaunchReport:
+    """Submit what the sweep still needs (`triage`), idempotently: one sbatch per training array and one per
+    evaluation array. Holds the sweep's lock; settles an interrupted orchestrator's intents first."""
+    ledger, cells = Ledger(sweep_dir), {c.run_key: c for c in sweep.cells}
+    with ledger.lock("orchestrate sweep"):
+        records = ledger.records()
+        resolved = settle_intents(ledger, backend, records)
+        refresh(ledger, backend, records)
+        todo = triage(records, list(cells), retry_failed)
+        if not todo.train and not todo.eval:
+            return LaunchReport(sweep_dir, backend.kind, None, 0, 0, 0, todo.kept, resolved)
+        code, now = snapshot_code(sweep_dir), time.time()
+        save_options(sweep_dir, options)
+        params_eval = resources_params(sweep.profile, sweep.profile.eval)
+        for key in (*todo.train, *todo.eval):
+            cell = cells[key]
+            record = records.get(key) or new_record(sweep.name, key, cell.name, _axes(cell.axes), sweep_dir / key)
+            record.update(code=str(code), entries={"train": options.train_entry, "eval": options.eval_entry},
+                          params={"train": resources_params(sweep.profile, cell.resources), "eval": params_eval})
+            if key in todo.reopened:
+                record["final"] = None
+                ledger.clear_cancelled(key)
+            what = "evaluation" if key in todo.eval else "training and evaluation"
+            note(record, "submit", f"{what} submitted by orchestrate sweep"
+                 + (" --retry-failed" if key in todo.reopened else ""), now)
+            records[key] = record
+        sbatch = 0
+        if backend.kind == "slurm":
+            limit = min(sweep.profile.max_array_size, backend.array_limit())
+            sized = replace(sweep, profile=replace(sweep.profile, max_array_size=limit))
+            plan = make_plan(sized, skip=set(cells) - set(todo.train))
+            for group in plan.train:
+                submit_jobs(backend, ledger, [records[k] for k in group.run_keys], ("train", "eval"),
+                            plan.array_parallelism)
+                sbatch += 2
+            evals = [records[k] for k in todo.eval]
+            for start in range(0, len(evals), limit):
+                submit_jobs(backend, ledger, evals[start:start + limit], ("eval",), plan.array_parallelism)
+                sbatch += 1
+        else:
+            ledger.save_all(records[k] for k in (*todo.train, *todo.eval))  # the local follower starts them
+        return LaunchReport(sweep_dir, backend.kind, code, len(todo.train), len(todo.eval), sbatch, todo.kept,
+                            resolved)
+
+
+def save_options(sweep_dir: Path, options: Options) -> None:
+    """How this sweep's jobs go out; the watcher resubmits with the same (submission.json)."""
+    atomic_write(Path(sweep_dir) / "submission.json", json.dumps(asdict(options), indent=1) + "\n")
+
+
+def load_options(sweep_dir: Path, **changes) -> Options:
+    try:
+        saved = json.loads((Path(sweep_dir) / "submission.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        saved = {}
+    known = {k: v for k, v in saved.items() if k in Options.__dataclass_fields__}
+    return replace(Options(**known), **changes)
+
+
+def _axes(axes: tuple) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in axes}
+
+
+def settle_intents(ledger: Ledger, backend, records: dict[str, dict]) -> int:
+    """Find the jobs of intents an interrupted orchestrator left (by job name, live or ended); an intent with no
+    job is LOST and may be submitted again. Returns how many were settled."""
+    open_ = [(r, j) for r in records.values() for j in unresolved(r)]
+    if not open_:
+        return 0
+    found = backend.find(sorted({j["name"] for _, j in open_}), min(j["intent_at"] for _, j in open_))
+    for record, job in open_:
+        resolve(job, found.get(job["name"], []))
+        outcome = f"found job {job['job_id']}" if job["job_id"] else "no job has that name: it never reached Slurm"
+        note(record, "settle_intent", f"intent {job['name']} ({job['kind']}): {outcome}", time.time())
+    ledger.save_all({r["run_key"]: r for r, _ in open_}.values())
+    return len(open_)
+
+
+def refresh(ledger: Ledger, backend, records: dict[str, dict]) -> int:
+    """ONE query for every job of the sweep Slurm may still change; records updated and saved. Returns the
+    number of queries made (0 when nothing is live)."""
+    ids = [j for r in records.values() for j in to_poll(r)]
+    if not ids:
+        return 0
+    rows = backend.rows(ids)
+    ledger.save_all(r for r in records.values() if apply_rows(r, rows))
+    return 1
+
+
+class Watcher:
+    """Poll the ledger and Slurm, act on `decide`, record every decision; local: also start queued cells."""
+
+    def __init__(self, ledger: Ledger, backend, max_retries: int = 3, parallelism: int = 1,
+                 grace_s: float = REQUEUE_GRACE_S, log=None):
+        self.ledger, self.backend, self.max_retries = ledger, backend, max_retries
+        self.parallelism, self.grace_s, self.log = parallelism, grace_s, log or (lambda line: None)
+
+    def poll(self) -> dict[str, dict]:
+        records = self.ledger.records()
+        settle_intents(self.ledger, self.backend, records)
+        refresh(self.ledger, self.backend, records)
+        for record in records.values():
+            action = decide(record, _verdict(record), time.time(), self.max_retries, self.grace_s)
+            if action is not None:
+                self.act(record, action)
+        if self.backend.kind == "local":
+            self._start_queued(records)
+        return records
+
+    def act(self, record: dict, action: Action) -> None:
+        now = time.time()
+        self.log(f"{record['name']} ({record['run_key']}): {action.do}: {action.reason}")
+        cancel = list(action.cancel)
+        if action.do == "resubmit" and action.kind == "train":
+            old = latest(record, "train")
+            cancel += [old["job_id"]] if old["job_id"] and old["state"] in ("NODE_FAIL", "PREEMPTED") else []
+        if cancel:
+            try:  # an old evaluation still waiting on the old training; a job Slurm might requeue in place
+                self.backend.cancel(cancel)
+            except SlurmError as err:
+                note(record, "cancel_failed", f"scancel {' '.join(cancel)}: {err}", now)
+        if action.do in ("give_up", "complete"):
+            finish(record, action.status, action.reason, now)
+            self.ledger.save(record)
+            return
+        note(record, action.do, action.reason, now)
+        kinds = ("train", "eval") if action.do == "resubmit" and action.kind == "train" else ("eval",)
+        submit_jobs(self.backend, self.ledger, [record], kinds)
+
+    def _start_queued(self, records: dict[str, dict]) -> None:
+        live = sum(1 for r in records.values() for k in KINDS if (j := latest(r, k)) and j["state"] in LIVE)
+        queued = [r for r in records.values() if not r["final"] and r.get("params")
+                  and latest(r, "train") is None]
+        for record in queued[:max(self.parallelism - live, 0)]:
+            note(record, "start", "local executor: a slot is free", time.time())
+            submit_jobs(self.backend, self.ledger, [record], ("train",))
+
+    def run(self, poll_s: float = 30.0, timeout_s: float | None = None, on_poll=None, keep_alive=None,
+            stop_at: float | None = None) -> dict[str, dict]:
+        """Poll until every cell is final (or `timeout_s`, or the wall time `stop_at`): returns the records."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            records = self.poll()
+            if keep_alive:
+                keep_alive()
+            if on_poll:
+                on_poll(records)
+            if settled(records) or (deadline and time.monotonic() > deadline) or (stop_at and time.time() > stop_at):
+                return records
+            time.sleep(poll_s)
+
+
+def settled(records: dict[str, dict]) -> bool:
+    return bool(records) and all(r.get("final") for r in records.values())
+
+
+def _verdict(record: dict) -> str | None:
+    train = latest(record, "train")
+    if record.get("final") or train is None or train["state"] in LIVE or train["state"] == "COMPLETED":
+        return None  # only a failed training asks whether the run had collapsed
+    try:
+        verdict = read_verdict(Path(record["run_dir"]) / "verdict.json")
+    except ValueError:
+        return None
+    return verdict.verdict if verdict else None
+
+
+def watch_job(sweep_dir: str, max_retries: int = 3, poll_s: float = 60.0, time_min: int = 60,
+              margin_s: float = 180.0) -> str:
+    """The watcher's own Slurm job: follow the sweep until `margin_s` before its time limit, then submit its
+    successor (`afterany` on itself: it starts when this one has ended and released the lock)."""
+    started, ledger = time.time(), Ledger(sweep_dir)
+    backend = SlurmBackend(Path(sweep_dir), load_options(sweep_dir, executor="slurm"))
+    with ledger.lock("orchestrate watch --as-job", stale_s=max(600.0, 10 * poll_s)) as keep_alive:
+        records = Watcher(ledger, backend, max_retries).run(poll_s, keep_alive=keep_alive,
+                                                            stop_at=started + time_min * 60 - margin_s)
+    if settled(records):
+        return "settled"
+    return submit_as_job(Path(sweep_dir), max_retries, poll_s, time_min,
+                         dependency=f"afterany:{os.environ.get('SLURM_JOB_ID', '')}".rstrip(":"))
+
+
+def submit_as_job(sweep_dir: Path, max_retries: int, poll_s: float, time_min: int,
+                  dependency: str | None = None) -> str:
+    """Submit `watch_job` for this sweep (on the partition/account of its training jobs, with its code)."""
+    records = [r for r in Ledger(sweep_dir).records().values() if r.get("params")]
+    if not records:
+        raise UserError(f"{sweep_dir}: no submitted cells in its ledger; run `orchestrate sweep` first")
+    base = records[0]["params"]["train"]
+    params = {k: base[k] for k in ("partition", "account", "qos") if k in base}
+    params.update(time=time_min, mem="1G")
+    job_id = submit_watcher(watch_job, sweep_dir, {"max_retries": max_retries, "poll_s": poll_s,
+                                                   "time_min": time_min}, params, records[0]["code"], dependency)
+    atomic_write(sweep_dir / "watcher.json", json.dumps({"job_id": job_id, "at": time.time(),
+                                                         "after": dependency}) + "\n")
+    return job_id

@@ -1,0 +1,151 @@
+"""The watcher's decisions (pure: a ledger record, the collapse verdict and the time in; one action out) and what a
+(re)launch submits."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from orchestrator import ledger as L
+from orchestrator.watch import REQUEUE_GRACE_S, decide, triage
+
+NOW = 10_000.0
+
+
+def cell(*jobs, cancelled=False, final=None) -> dict:
+    """A record whose attempts are (kind, state, extra fields) in order."""
+    record = L.new_record("sw", "k", "cell", {}, "/runs/sw/k")
+    for i, (kind, state, extra) in enumerate(jobs):
+        job = L.add_attempt(record, kind, f"sw-{kind}-k-a{i}", 100.0, job_id=f"{i + 1}", state=state,
+                            exit_code="0:0", end=NOW - 2 * REQUEUE_GRACE_S)
+        job.update(extra)
+    record["user_cancelled"] = {"at": 1.0} if cancelled else None
+    record["final"] = final
+    return record
+
+
+def train(state, **extra):
+    return ("train", state, extra)
+
+
+def evaluation(state, **extra):
+    return ("eval", state, extra)
+
+
+@pytest.mark.parametrize("state", ["NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "TIMEOUT", "CANCELLED"])
+def test_infrastructure_failures_are_resubmitted_and_the_waiting_evaluation_cancelled(state):
+    action = decide(cell(train(state), evaluation("PENDING")), None, NOW)
+    assert (action.do, action.kind, action.cancel) == ("resubmit", "train", ("2",))
+    assert state in action.reason and "attempt 2" in action.reason and "1 of at most 3" in action.reason
+
+
+def test_an_ended_job_slurm_may_requeue_in_place_gets_a_grace_period():
+    assert decide(cell(train("NODE_FAIL", end=NOW - 5)), None, NOW) is None
+    assert decide(cell(train("FAILED", end=NOW - 5, exit_code="1:0")), None, NOW).do == "resubmit"
+
+
+def test_a_users_cancellation_is_never_resubmitted():
+    action = decide(cell(train("CANCELLED"), cancelled=True), None, NOW)
+    assert (action.do, action.status) == ("give_up", "cancelled") and "orchestrate cancel" in action.reason
+
+
+def test_an_error_that_repeats_on_the_cell_is_not_resubmitted():
+    once = decide(cell(train("FAILED", exit_code="1:0")), None, NOW)
+    assert once.do == "resubmit"
+    twice = decide(cell(train("FAILED", exit_code="1:0"), train("FAILED", exit_code="1:0")), None, NOW)
+    assert (twice.do, twice.status) == ("give_up", "gave_up") and "failed twice with exit code 1:0" in twice.reason
+    other = decide(cell(train("FAILED", exit_code="1:0"), train("FAILED", exit_code="0:9")), None, NOW)
+    assert other.do == "resubmit"
+
+
+def test_a_collapsed_run_is_not_resubmitted_whatever_ended_it():
+    for state in ("NODE_FAIL", "FAILED", "TIMEOUT"):
+        action = decide(cell(train(state)), "collapsed", NOW)
+        assert (action.do, action.status) == ("give_up", "collapsed"), state
+    assert decide(cell(train("NODE_FAIL")), "unstable", NOW).do == "resubmit"
+
+
+def test_out_of_memory_is_reported_with_the_memory_used():
+    action = decide(cell(train("OUT_OF_MEMORY", max_rss=int(1.5 * 1024**3), req_mem="1G", node="vm")), None, NOW)
+    assert (action.do, action.status) == ("give_up", "out_of_memory")
+    assert "MaxRSS 1.5G of ReqMem 1G" in action.reason and "on vm" in action.reason
+
+
+def test_the_retry_budget_is_kept():
+    spent = cell(train("NODE_FAIL"), train("NODE_FAIL"), train("PREEMPTED"))
+    assert decide(spent, None, NOW, max_retries=2).status == "gave_up"
+    assert "budget spent (2 of 2" in decide(spent, None, NOW, max_retries=2).reason
+    assert decide(spent, None, NOW, max_retries=3).do == "resubmit"
+
+
+def test_an_intent_that_never_reached_slurm_is_submitted_again_without_spending_the_budget():
+    action = decide(cell(train("NODE_FAIL"), train("LOST")), None, NOW, max_retries=1)
+    assert action.do == "resubmit" and "never reached Slurm" in action.reason
+
+
+def test_after_training_the_evaluation_is_followed():
+    assert decide(cell(train("COMPLETED")), None, NOW).do == "submit_eval"
+    assert decide(cell(train("COMPLETED"), evaluation("PENDING", after="1")), None, NOW) is None
+    done = decide(cell(train("COMPLETED"), evaluation("COMPLETED", after="1")), None, NOW)
+    assert (done.do, done.status) == ("complete", "completed")
+    retry = decide(cell(train("COMPLETED"), evaluation("NODE_FAIL", after="1")), None, NOW)
+    assert (retry.do, retry.kind, retry.cancel) == ("resubmit", "eval", ())
+    # cancelled because it waited on an older training attempt: submitted again, not a failure
+    stale = cell(train("NODE_FAIL"), evaluation("CANCELLED", after="1"), train("COMPLETED"))
+    assert decide(stale, None, NOW).do == "submit_eval"
+
+
+def test_nothing_to_decide_while_live_or_final():
+    for state in ("INTENT", "SUBMITTED", "PENDING", "RUNNING", "REQUEUED"):
+        assert decide(cell(train(state)), None, NOW) is None
+    assert decide(cell(train("FAILED"), final={"status": "gave_up"}), None, NOW) is None
+    assert decide(cell(), None, NOW) is None
+
+
+STATES = ["COMPLETED", "FAILED", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "TIMEOUT", "CANCELLED", "OUT_OF_MEMORY",
+          "DEADLINE"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(STATES), st.sampled_from(["1:0", "0:9"])), min_size=1, max_size=8),
+       st.integers(0, 4), st.sampled_from([None, "stable", "collapsed"]), st.booleans())
+def test_never_more_resubmissions_than_the_budget_and_never_a_cancelled_or_collapsed_run(history, budget, verdict,
+                                                                                         cancelled):
+    """Replay a cell whose every training attempt ends as drawn: the watcher stops at the budget, and never
+    resubmits a user's cancellation or a collapsed run."""
+    record = cell(cancelled=cancelled)
+    for state, code in history:
+        L.add_attempt(record, "train", "n", 100.0, job_id="1", state=state, exit_code=code, end=0.0)
+        action = decide(record, verdict, NOW, max_retries=budget)
+        if action is None or action.do != "resubmit":
+            break
+        assert not cancelled and verdict != "collapsed" and state != "COMPLETED"
+    assert len(L.attempts(record, "train")) - 1 <= budget
+
+
+def records(**states) -> dict:
+    out = {}
+    for key, jobs in states.items():
+        record = cell(*jobs[0]) if jobs else None
+        if record is not None:
+            record["run_key"], record["final"] = key, jobs[1]
+            out[key] = record
+    return out
+
+
+def test_a_relaunch_submits_only_what_is_missing():
+    recs = records(live=([train("RUNNING")], None), done=([train("COMPLETED"), evaluation("COMPLETED")],
+                                                          {"status": "completed"}),
+                   no_eval=([train("COMPLETED")], None), lost=([train("LOST")], None),
+                   failed=([train("FAILED")], {"status": "gave_up"}),
+                   collapsed=([train("FAILED")], {"status": "collapsed"}),
+                   deciding=([train("NODE_FAIL")], None))
+    keys = [*recs, "new"]
+    t = triage(recs, keys)
+    assert (t.train, t.eval) == (("lost", "new"), ("no_eval",))
+    assert t.kept == {"training live": 1, "done": 1, "gave_up": 1, "collapsed": 1,
+                      "training NODE_FAIL (the watcher decides)": 1}
+    again = triage(recs, keys, retry_failed=True)
+    assert set(again.train) == {"lost", "new", "failed", "deciding"} and set(again.reopened) == {"failed"}
+    assert "collapsed" not in again.train
