@@ -1,0 +1,124 @@
+"""The trainer on real parts: the tiny model, DeepSpeed ZeRO-3 on a CPU rank, a real MLflow store."""
+
+import pytest
+import torch
+
+from tests.support.trainer_run import CONFIGS, final_weights, history, run
+
+pytestmark = pytest.mark.slow
+
+LOGGED = {
+    "train/reward_mean", "train/accuracy", "train/kl_k1", "train/kl_k2", "train/kl_k3", "train/entropy",
+    "train/response_length", "train/truncation_rate", "train/grad_norm", "train/clip_fraction",
+    "train/ratio_mean", "train/ratio_max", "train/ratio_min", "train/kl_clamped_fraction", "train/loss",
+    "train/pg_loss", "train/kl_loss", "perf/step_time_s", "perf/tokens_per_s", "async/lag", "val/pass_at_1",
+}
+
+
+@pytest.fixture(scope="module")
+def initial_weights():
+    from transformers import AutoModelForCausalLM
+
+    from trainer.tiny_model import ensure_tiny_model
+
+    return AutoModelForCausalLM.from_pretrained(str(ensure_tiny_model())).state_dict()
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_every_kl_configuration_trains_and_logs_every_metric(tmp_path, name, initial_weights):
+    from trainer.metrics import METRICS
+
+    result, run_dir, _, key = run(tmp_path, name, CONFIGS[name], data={"val_every": 2, "val_size": 8})
+    after = final_weights(run_dir)
+    moved = max((after[k] - initial_weights[k]).abs().max().item() for k in after if k in initial_weights)
+    assert moved > 0, "training did not change the parameters"
+    hist = history(tmp_path, key)
+    assert LOGGED <= set(hist), f"missing metrics: {sorted(LOGGED - set(hist))}"
+    assert set(hist) <= set(METRICS), f"metrics not documented in trainer/metrics.py: {set(hist) - set(METRICS)}"
+    assert [s for s, _ in hist["train/loss"]] == [1, 2]
+    assert (run_dir / "objective.json").exists() and (run_dir / "verdict.json").exists()
+
+
+def test_kl_in_reward_keeps_the_policy_closer_to_the_reference(tmp_path):
+    common = {"optim": {"steps": 6, "lr": 3.0e-3}}
+    _, _, _, free = run(tmp_path, "free", CONFIGS["none"], **common)
+    _, _, _, held = run(tmp_path, "held", {"estimator": "k1", "placement": "reward", "beta": 1.0}, **common)
+    kl_free = [v for _, v in history(tmp_path, free)["train/kl_k1"]]
+    kl_held = [v for _, v in history(tmp_path, held)["train/kl_k1"]]
+    assert kl_free[0] == kl_held[0] == 0.0  # the same start: the policy is the reference
+    assert sum(kl_held[-3:]) < sum(kl_free[-3:]), (kl_held, kl_free)
+
+
+def test_off_policy_minibatches_use_importance_ratios_and_clip(tmp_path):
+    _, _, _, key = run(tmp_path, "offpol", CONFIGS["k3-loss-rho"],
+                       optim={"batch_prompts": 4, "minibatch_prompts": 2, "steps": 2, "lr": 2.0e-2},
+                       algorithm={"group_size": 4, "clip_eps": 0.05})
+    hist = history(tmp_path, key)
+    # The second minibatch of each batch is trained after an update: its ratio is no longer 1.
+    assert max(v for _, v in hist["train/ratio_max"]) > 1.0 or min(v for _, v in hist["train/ratio_min"]) < 1.0
+    assert max(v for _, v in hist["train/clip_fraction"]) > 0.0
+
+
+def test_measured_lag_equals_the_async_level(tmp_path):
+    _, _, _, key = run(tmp_path, "async", CONFIGS["k1-reward"], rollout={"async_level": 2}, optim={"steps": 4})
+    assert [v for _, v in history(tmp_path, key)["async/lag"]] == [0.0, 1.0, 2.0, 2.0]
+
+
+def test_tracking_server_down_buffers_every_metric(tmp_path):
+    import json
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    from orchestrator.identity import run_key
+    from tests.support.trainer_run import config_dict
+    from trainer.config import RunConfig
+    from trainer.train import RunContext, train
+
+    d = config_dict(tmp_path, CONFIGS["k1-reward"])
+    d["tracking"]["tracking_uri"] = f"http://127.0.0.1:{port}"
+    cfg = RunConfig.from_dict(d)
+    run_dir = tmp_path / "offline"
+    train(cfg, RunContext(run_dir=run_dir, run_key=run_key(cfg), micro_groups=2))
+    events = [json.loads(line) for line in (run_dir / "tracking_buffer.jsonl").read_text().splitlines()]
+    steps = {p[2] for e in events if e["kind"] == "metrics" for p in e["points"] if p[0] == "train/loss"}
+    assert steps == {1, 2}
+
+
+def test_bad_config_is_refused_with_every_problem(tmp_path, capsys):
+    from orchestrator.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: {name_or_path: tiny}\nkl: {estimator: k4, placement: loss, beta: -1}\n"
+                   "optim: {lrr: 0.1}\n")
+    assert main(["train", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "kl.estimator: unknown value 'k4'" in err and "kl.beta" in err and "optim.lrr: unknown key" in err
+    assert "Traceback" not in err
+
+
+def test_zero3_parameters_gather_for_weight_sync():
+    """What the vLLM engine syncs after each update, checked on CPU: full tensors from ZeRO-3 shards."""
+    import deepspeed
+    from transformers import AutoModelForCausalLM
+
+    from trainer import distributed
+    from trainer.rollout_vllm import gathered_parameters
+    from trainer.tiny_model import ensure_tiny_model
+    from trainer.train import CACHE
+
+    dist = distributed.init(CACHE)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(ensure_tiny_model()))
+        expected = {k: v.clone() for k, v in model.state_dict().items()}
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=distributed.deepspeed_config(
+            bf16=False, grad_clip=None, micro_batches=1))
+        got = dict(gathered_parameters(engine.module))
+        assert set(got) == {n for n, _ in model.named_parameters()}
+        for name, tensor in got.items():
+            assert torch.equal(tensor, expected[name]), name
+        assert dist.world_size == 1
+    finally:
+        distributed.teardown()
