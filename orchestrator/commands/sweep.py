@@ -1,42 +1,65 @@
-"""`orchestrate sweep SWEEP [OVERRIDE ...] [--dry-run]`: validate, plan, and (later) submit a sweep."""
+"""`orchestrate sweep SWEEP [OVERRIDE ...] [--dry-run] [--watch]`: validate, plan, write the run dirs, submit."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from rich.console import Console
 from rich.rule import Rule
 from rich.table import Table
 
 from orchestrator.commands.validate import add_sweep_arguments, console, summary
+from orchestrator.commands.watch import add_watch_arguments, follow
 from orchestrator.identity import format_value
 from orchestrator.plan import Plan, make_plan
 from orchestrator.rundirs import materialise
-from orchestrator.submit import render_sbatch
+from orchestrator.submit import Options, make_backend, render_sbatch
 from orchestrator.sweep import Sweep, load_sweep
+from orchestrator.watch import launch
 
 EXAMPLES = """examples:
   orchestrate sweep --dry-run sweeps/onpolicy.yaml
-  orchestrate sweep --dry-run sweeps/smoke.yaml optim.steps=2 sweep.seeds=[0,1]
   orchestrate sweep sweeps/onpolicy.yaml sweep.slurm.overrides.account=my_account
+  orchestrate sweep sweeps/onpolicy.yaml --watch
+  orchestrate sweep sweeps/smoke.yaml --executor local optim.steps=2
 
 --dry-run prints the cells (axes, run_key), the job arrays by resources, the train -> eval dependency graph,
-the counts and the sbatch scripts, and touches nothing on disk. Without it: the checks, then the run dirs
-(<output_root>/<sweep>/<run_key>/config.yaml, the resolved config) and manifest.json are written; submission
-to Slurm is not wired yet. Overrides use Hydra's syntax (see `orchestrate validate --help`); options go
-before SWEEP or after the last override."""
+the counts and the sbatch scripts, and touches nothing on disk. Without it: the checks, the run dirs
+(<output_root>/<sweep>/<run_key>/config.yaml, the resolved config) and manifest.json, a snapshot of the code
+(<sweep dir>/code/<hash>: what every job runs), then one sbatch per training array and one per evaluation
+array chained on it, each cell recorded in <sweep dir>/ledger/. On Slurm it returns once submitted (--watch
+follows the sweep and resubmits infrastructure failures, like `orchestrate watch`); with the local executor
+it follows the sweep to the end. Running it again submits only what is missing: finished and live cells are
+left alone (--retry-failed also resubmits failed and cancelled ones). Overrides use Hydra's syntax (see
+`orchestrate validate --help`); options go before SWEEP or after the last override."""
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "sweep", help="validate and plan a sweep; --dry-run prints the plan and sbatch scripts",
+        "sweep", help="validate, plan and submit a sweep; --dry-run prints the plan and sbatch scripts",
         description="Expand a sweep file into cells, check them all, plan the Slurm job arrays.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_arguments(parser)
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the sbatch scripts; write nothing")
     parser.add_argument("--rows", type=int, default=200, metavar="N",
                         help="cells shown in the dry-run table (0: all; default 200)")
+    parser.add_argument("--executor", choices=("auto", "slurm", "local"), default="auto",
+                        help="slurm (sbatch through submitit) or local (submitit's local executor); auto: slurm "
+                             "where sbatch is on PATH")
+    parser.add_argument("--watch", action="store_true", help="follow the sweep after submitting (orchestrate watch)")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="also resubmit cells that ended unsuccessfully or were cancelled (never collapsed ones)")
+    parser.add_argument("--signal-delay", type=int, default=Options.signal_delay_s, metavar="S",
+                        help=f"seconds between the warning signal and the end of a job: time to checkpoint "
+                             f"(default {Options.signal_delay_s})")
+    parser.add_argument("--no-requeue", action="store_true",
+                        help="jobs may not be requeued by Slurm: a node failure ends them, the watcher resubmits")
+    parser.add_argument("--train-entry", default=Options.train_entry, metavar="MODULE:FUNCTION",
+                        help="what a training job calls with its run dir (default %(default)s; "
+                             "orchestrator.jobs:probe_train exercises the machinery in seconds)")
+    parser.add_argument("--eval-entry", default=Options.eval_entry, metavar="MODULE:FUNCTION",
+                        help="what an evaluation job calls with its run dir (default %(default)s)")
+    add_watch_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -52,10 +75,28 @@ def run(args: argparse.Namespace) -> int:
     for line in summary(sweep, plan):
         out.print(line, soft_wrap=True)
     out.print(f"wrote {done.written} run dir(s) ({done.unchanged} unchanged, {done.kept} kept as they were) "
-                  f"and {done.sweep_dir / 'manifest.json'}")
-    print("Slurm submission is not wired yet (a later issue): nothing was submitted. "
-          "`--dry-run` shows the sbatch scripts it will use.", file=sys.stderr)
-    return 1
+              f"and {done.sweep_dir / 'manifest.json'}")
+    options = Options(executor=args.executor, signal_delay_s=args.signal_delay, requeue=not args.no_requeue,
+                      train_entry=args.train_entry, eval_entry=args.eval_entry)
+    sweep_dir = done.sweep_dir.absolute()
+    backend = make_backend(sweep_dir, options)
+    report = launch(sweep, sweep_dir, backend, options, retry_failed=args.retry_failed)
+    kept = ", ".join(f"{n} {why}" for why, n in sorted(report.kept.items())) or "none"
+    if report.resolved:
+        out.print(f"settled {report.resolved} submission(s) an interrupted orchestrator had left, by job name")
+    if backend.kind == "slurm":
+        out.print(f"submitted {report.train} training job(s) with chained evaluations and {report.eval} evaluation(s) "
+                  f"alone in {report.sbatch} sbatch call(s); kept: {kept}")
+    else:
+        out.print(f"local executor: {report.train} training(s) and {report.eval} evaluation(s) queued; kept: {kept}")
+    if report.code:
+        out.print(f"code snapshot: {report.code}")
+    if backend.kind == "local" or args.watch:
+        poll = args.poll or (30.0 if backend.kind == "slurm" else 5.0)
+        return follow(sweep_dir, backend, args.max_retries, poll, args.timeout,
+                      parallelism=sweep.profile.array_parallelism, out=out)
+    out.print(f"follow it: orchestrate status {sweep_dir}   |   resubmit failures: orchestrate watch {sweep_dir}")
+    return 0
 
 
 def print_plan(console: Console, sweep: Sweep, plan: Plan, rows: int) -> None:
