@@ -1,0 +1,68 @@
+"""`orchestrate data prepare|check`: the local datasets every job reads (compute nodes never reach a hub)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import UserError
+
+EXAMPLES = """examples:
+  orchestrate data prepare --out /shared/comedy-data     on a login node (the Hugging Face hub reachable)
+  orchestrate data check /shared/comedy-data             anywhere: counts and checksums against MANIFEST.json
+
+Writes MATH train/test (7500/5000), MATH500 (500), MATH^2 (210), MMLU college physics/chemistry/biology
+(118/113/165: cais/mmlu test+validation+dev), Countdown train and held-out (reasoning-gym, generated here) and the
+tiny task's splits (generated here), as jsonl, plus MANIFEST.json (rows, sha256). Point jobs at the directory
+with $COMEDY_DATA (default: ./data)."""
+
+
+def register(sub) -> None:
+    p = sub.add_parser("data", help="prepare or check the local datasets (jsonl + MANIFEST.json)",
+                       description="Prepare the datasets once where a hub is reachable, then check them anywhere.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    prep = actions.add_parser("prepare", help="fetch/generate every dataset into --out", epilog=EXAMPLES,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    prep.add_argument("--out", type=Path, help="data directory (default: $COMEDY_DATA, else ./data)")
+    prep.add_argument("--countdown-train", type=int, default=10_000, help="Countdown training problems (10000)")
+    prep.add_argument("--countdown-heldout", type=int, default=500, help="held-out Countdown problems (500)")
+    prep.set_defaults(func=prepare)
+    chk = actions.add_parser("check", help="verify a data directory; every problem at once", epilog=EXAMPLES,
+                             formatter_class=argparse.RawDescriptionHelpFormatter)
+    chk.add_argument("dir", type=Path, metavar="DIR")
+    chk.set_defaults(func=check)
+
+
+def prepare(args) -> int:
+    from eval.data import default_data_dir
+    from eval.prepare import PrepareError
+    from eval.prepare import prepare as run_prepare
+
+    from .validate import console
+
+    out, console_ = args.out or default_data_dir(), console()
+    if min(args.countdown_train, args.countdown_heldout) < 1:
+        raise UserError("--countdown-train and --countdown-heldout must be >= 1")
+    console_.print(f"preparing {out}")
+    try:
+        result = run_prepare(out, countdown_sizes=(args.countdown_train, args.countdown_heldout), log=console_.print)
+    except PrepareError as err:
+        raise UserError(str(err)) from None
+    except OSError as err:
+        raise UserError(f"cannot write {out}: {err}; give a writable --out") from None
+    console_.print(f"{len(result['written'])} datasets in {out} (MANIFEST.json); check with `orchestrate data check "
+                   f"{out}`")
+    return 0
+
+
+def check(args) -> int:
+    from eval.data import check as run_check
+
+    from .validate import console
+
+    problems = run_check(args.dir)
+    if problems:
+        raise UserError("\n".join([f"{len(problems)} problem(s) in {args.dir}:", *(f"  - {p}" for p in problems)]))
+    console().print(f"{args.dir}: every dataset present, with its expected rows and checksum")
+    return 0
