@@ -1,0 +1,102 @@
+"""The two lm-eval backends behind the same task files: vLLM on GPU, HF transformers on CPU (and as a fallback).
+
+Sampling is the paper's and is set explicitly for each backend (reference/evaluation.md 1.4):
+- vLLM builds `SamplingParams` from exactly what the task passes: top_k -1 (off), min_p 0, no penalty.
+- HF `generate` merges the call's kwargs into the model's generation_config, so every sampling knob is passed
+  (top_k 0 is off), and the model's generation_config is replaced by a neutral one that keeps only the special
+  token ids: a saved `max_new_tokens` would otherwise override lm-eval's length budget, and an instruct model's
+  top_k/top_p/repetition_penalty would silently apply.
+The evaluation seed goes to the engine (vLLM's `seed` model arg; for HF, torch's global seed that
+simple_evaluate sets), never into gen_kwargs: all k clones of a request share their kwargs, so a per-request
+seed would make the k samples identical.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+BACKENDS = ("hf", "vllm")
+# End-of-turn strings of the chat templates we use (Qwen, Llama 3, the tiny model, Llama 2 / Mistral).
+END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>", "</s>")
+# Without a chat template a base model runs on into a new problem: cut it there.
+PLAIN_STOPS = ("\n\nProblem:", "\n\nQuestion:", "\n\nUser:")
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.85
+HF_CPU_BATCH_SIZE = 64
+
+
+def pick_backend(requested: str | None = None) -> str:
+    """`requested`, else vLLM where a GPU and vllm are present, else hf."""
+    if requested is not None:
+        if requested not in BACKENDS:
+            raise ValueError(f"unknown eval backend {requested!r}; valid: {', '.join(BACKENDS)}")
+        return requested
+    import torch
+
+    return "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") else "hf"
+
+
+def stop_strings(tokenizer, chat_template: bool) -> list[str]:
+    """The eos string, the end-of-turn strings the tokenizer knows, and (no template) the new-problem cues."""
+    vocab = set(tokenizer.get_vocab())
+    stops = [tokenizer.eos_token] if tokenizer.eos_token else []
+    stops += [s for s in END_OF_TURN if s in vocab]
+    if not chat_template:
+        stops += list(PLAIN_STOPS)
+    return list(dict.fromkeys(stops))
+
+
+def generation_kwargs(backend: str, temperature: float, top_p: float, max_tokens: int, until: list[str]) -> dict:
+    """The task's generation_kwargs for `backend`; temperature 0 is greedy."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown eval backend {backend!r}; valid: {', '.join(BACKENDS)}")
+    if not until:
+        raise ValueError("no stop strings: lm-eval would stop at the first blank line; give at least the eos")
+    base = {"until": list(until), "max_gen_toks": int(max_tokens)}
+    if temperature == 0:
+        return {**base, "do_sample": False, "temperature": 0.0}
+    sampling = {"do_sample": True, "temperature": float(temperature), "top_p": float(top_p),
+                "repetition_penalty": 1.0}
+    if backend == "vllm":
+        return {**base, **sampling, "top_k": -1, "min_p": 0.0}
+    return {**base, **sampling, "top_k": 0}
+
+
+def hf_lm(model_dir: Path, device: str = "cpu", batch_size: int = HF_CPU_BATCH_SIZE, dtype: str | None = None):
+    """lm-eval's HFLM on a local model directory, with a neutral generation_config (see the module docstring)."""
+    from lm_eval.api.registry import get_model
+    from transformers import GenerationConfig
+
+    dtype = dtype or ("float32" if device == "cpu" else "bfloat16")  # fp16/bf16 matmuls on CPU are very slow
+    lm = get_model("hf").create_from_arg_obj({"pretrained": str(model_dir), "dtype": dtype},
+                                            {"batch_size": batch_size, "device": device})
+    saved = lm.model.generation_config
+    lm.model.generation_config = GenerationConfig(
+        eos_token_id=saved.eos_token_id, pad_token_id=saved.pad_token_id, bos_token_id=saved.bos_token_id)
+    return lm
+
+
+def vllm_model_args(model_dir: Path, seed: int, tensor_parallel_size: int = 1,
+                    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION, max_model_len: int | None = None,
+                    dtype: str = "auto", **extra) -> dict:
+    """model_args of lm-eval's vLLM backend (lm_eval/models/vllm_causallms.py VLLM.__init__).
+
+    `tensor_parallel_size`, `max_model_len`, `seed`, `dtype` and `data_parallel_size` are its own arguments;
+    `gpu_memory_utilization`, `enable_prefix_caching` and `extra` pass through its **kwargs into `vllm.LLM`.
+    Data parallelism stays 1: its Ray replicas share one seed and can return duplicate samples.
+    """
+    args = {"pretrained": str(model_dir), "dtype": dtype, "seed": int(seed),
+            "tensor_parallel_size": int(tensor_parallel_size), "data_parallel_size": 1,
+            "gpu_memory_utilization": float(gpu_memory_utilization), "enable_prefix_caching": True, **extra}
+    if max_model_len is not None:
+        args["max_model_len"] = int(max_model_len)
+    return args
+
+
+def model_max_length(model_dir: Path) -> int | None:
+    """max_position_embeddings from the model's config.json, if it says."""
+    try:
+        return int(json.loads((Path(model_dir) / "config.json").read_text())["max_position_embeddings"])
+    except (OSError, KeyError, ValueError, TypeError):
+        return None

@@ -1,0 +1,59 @@
+"""Prompt building and per-problem scoring for the task YAMLs beside this file (lm-eval `!function` targets).
+
+lm-eval loads this file by path, so it holds no logic of its own: prompts come from trainer/data.py (the exact
+training instruction), grading from eval/answers.py (the training reward), the arithmetic from eval/metrics.py.
+"""
+
+from __future__ import annotations
+
+from eval.answers import grade
+from eval.metrics import problem_metrics
+from trainer.data import PROMPT_SUFFIX
+
+# MMLU is graded on a letter, so the question says which one to box; the instruction after it is MATH's.
+MMLU_INSTRUCTION = "\n\nAnswer with the letter of the correct option."
+
+
+def keep_all(resps, docs):
+    """The filter that keeps all k samples per document (lm-eval's default, take_first, keeps one)."""
+    return [list(r) for r in resps]
+
+
+def doc_to_text_math(doc: dict) -> str:
+    return doc["problem"] + PROMPT_SUFFIX["math"]
+
+
+def doc_to_text_mmlu(doc: dict) -> str:
+    return doc["problem"] + MMLU_INSTRUCTION + PROMPT_SUFFIX["math"]
+
+
+def doc_to_text_countdown(doc: dict) -> str:
+    return doc["problem"] + PROMPT_SUFFIX["countdown"]
+
+
+def doc_to_text_tiny(doc: dict) -> str:
+    return doc["problem"] + PROMPT_SUFFIX["tiny"]
+
+
+def _process(family: str, doc: dict, results: list) -> dict[str, float]:
+    samples = results[0]
+    if isinstance(samples, str):  # a take_first filter slipped in: one sample would pass for k
+        raise TypeError("process_results got one string, not the list of k samples; use the keep_all filter")
+    graded = [grade(family, sample, doc) for sample in samples]
+    return problem_metrics([score for score, _ in graded], [answer for _, answer in graded])
+
+
+def process_math(doc: dict, results: list) -> dict[str, float]:
+    return _process("math", doc, results)
+
+
+def process_mmlu(doc: dict, results: list) -> dict[str, float]:
+    return _process("mmlu", doc, results)
+
+
+def process_countdown(doc: dict, results: list) -> dict[str, float]:
+    return _process("countdown", doc, results)
+
+
+def process_tiny(doc: dict, results: list) -> dict[str, float]:
+    return _process("tiny", doc, results)
