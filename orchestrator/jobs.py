@@ -119,10 +119,15 @@ def probe_train(run_dir: Path) -> dict:
 
 
 def probe_eval(run_dir: Path) -> dict:
-    """Read the final probe checkpoint; fails when training has not finished (so a chained eval that ran
-    too early shows up)."""
-    s = probe_settings(run_dir)
+    """A stand-in evaluation: reads the final checkpoint's step and fails unless training had finished (probe.json's
+    steps, else config.yaml's optim.steps), so a chained evaluation that ran too early shows up."""
     step = json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"]
-    if step != s["steps"]:
-        raise RuntimeError(f"evaluated at step {step} of {s['steps']}: training had not finished")
+    if (run_dir / "probe.json").exists():
+        target = probe_settings(run_dir)["steps"]
+    else:
+        import yaml
+
+        target = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))["optim"]["steps"]
+    if step != target:
+        raise RuntimeError(f"evaluated at step {step} of {target}: training had not finished")
     return {"step": step, "eval/probe/mean_at_1": 1.0}

@@ -326,6 +326,9 @@ class Watcher:
         if cancel:
             try:  # an old evaluation still waiting on the old training; a job Slurm might requeue in place
                 self.backend.cancel(cancel)
+                for job in record["jobs"]:
+                    if job["job_id"] in cancel and job["state"] in LIVE:
+                        job.update(state="CANCELLED", reason=f"cancelled by the watcher: {action.do}")
             except SlurmError as err:
                 note(record, "cancel_failed", f"scancel {' '.join(cancel)}: {err}", now)
         if action.do in ("give_up", "complete"):
