@@ -1,0 +1,87 @@
+"""What `orchestrate eval X` evaluates: X is a run directory, a run_key, a checkpoint or export directory of a run,
+or a plain Hugging Face model directory (a base model, evaluated outside any training run)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import UserError
+
+_STEP_DIR = re.compile(r"step_(\d+)")
+_RUN_KEY = re.compile(r"[0-9a-f]{6,64}")
+
+
+class EvalError(UserError):
+    """An evaluation that cannot run as asked (bad target, missing data, unknown task); the message says how."""
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str  # "run" (a training run directory) or "model" (a plain HF model directory)
+    path: Path
+    run_key: str  # the MLflow run's run_key tag: the training run's, or base-<hash> for a plain model
+    step: int | None = None  # a checkpoint named by the target itself (checkpoints/step_N, export/step_N)
+
+    @property
+    def is_run(self) -> bool:
+        return self.kind == "run"
+
+
+def run_key_of(run_dir: Path) -> str:
+    """The run_key its training logged under: the checkpoints' record of it, else the hash of its config."""
+    for state in sorted((run_dir / "checkpoints").glob("step_*/state.json"), reverse=True):
+        try:
+            key = json.loads(state.read_text()).get("mlflow_run_key")
+        except (OSError, json.JSONDecodeError):
+            continue
+        if key:
+            return str(key)
+    from orchestrator.identity import run_key
+    from trainer.export import ExportError, load_run_config
+
+    try:
+        return run_key(load_run_config(run_dir))
+    except ExportError as err:
+        raise EvalError(str(err)) from None
+
+
+def base_run_key(model_dir: Path) -> str:
+    """A plain model's own MLflow run: one per resolved directory."""
+    resolved = str(Path(model_dir).resolve())
+    name = re.sub(r"[^\w.\-]", "_", Path(resolved).name[:40])  # a run_key allows only these characters
+    return f"base-{name}-{hashlib.sha256(resolved.encode()).hexdigest()[:8]}"
+
+
+def _as_run(run_dir: Path, step: int | None) -> Target:
+    return Target("run", run_dir, run_key_of(run_dir), step)
+
+
+def resolve(target: str | Path, runs_root: Path = Path("runs")) -> Target:
+    """The Target named by a path or a run_key; EvalError naming what was looked for."""
+    path = Path(target)
+    if path.is_dir():
+        step_match = _STEP_DIR.fullmatch(path.name)
+        if step_match and path.parent.name in ("checkpoints", "export") and (path.parents[1] / "config.yaml").exists():
+            return _as_run(path.parents[1], int(step_match.group(1)))
+        if (path / "config.yaml").exists():
+            return _as_run(path, None)
+        if (path / "config.json").exists():
+            return Target("model", path, base_run_key(path))
+        raise EvalError(f"{path} is neither a run directory (config.yaml), a checkpoint (checkpoints/step_N) nor a "
+                        f"Hugging Face model directory (config.json)")
+    if _RUN_KEY.fullmatch(str(target)):
+        found = sorted({p.parent for p in (*runs_root.glob(f"*/{target}/config.yaml"),
+                                           *runs_root.glob(f"{target}/config.yaml"))})
+        if len(found) == 1:
+            return _as_run(found[0], None)
+        if len(found) > 1:
+            raise EvalError(f"run_key {target} names {len(found)} run directories: "
+                            f"{', '.join(map(str, found))}; give the directory")
+        raise EvalError(f"no run directory {runs_root}/*/{target}; give the run directory itself "
+                        f"(or --runs-root where the sweep's run dirs are)")
+    raise EvalError(f"{target} does not exist; give a run directory, a run_key, a checkpoint directory or a "
+                    f"Hugging Face model directory")

@@ -1,0 +1,130 @@
+"""A training checkpoint as a Hugging Face model directory: what evaluation (lm-eval, vLLM) loads.
+
+    export_hf(run_dir, step=None) -> <run_dir>/export/step_NNNNNN/
+
+Consolidates the ZeRO-3 shards of `checkpoints/step_NNNNNN` (the latest complete one, or `step`) into one fp32
+state dict with DeepSpeed's `get_fp32_state_dict_from_zero_checkpoint`, loads it into the run's base architecture
+(config and tokenizer from `model.name_or_path`; `tiny` is the project's own model, trainer/tiny_model.py), and
+`save_pretrained`s model, tokenizer and generation_config. Idempotent: an existing export (its `export.json`,
+written last) is returned as it is. Atomic: built in a temporary sibling and renamed into place, so a reader sees
+a whole export or none, and two exporters racing keep the first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from . import checkpoint
+
+EXPORT_VERSION = 1
+_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+class ExportError(ValueError):
+    """A run directory that cannot be exported (no config, no checkpoint, a mismatched state dict)."""
+
+
+def export_dir(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / "export" / checkpoint.tag_for(step)
+
+
+def checkpoint_step(run_dir: Path, step: int | None = None) -> int:
+    """`step` if that checkpoint is complete, else the latest complete one; ExportError with the choices."""
+    ckpt_dir = Path(run_dir) / "checkpoints"
+    steps = sorted(int(p.parent.name.split("_")[1]) for p in ckpt_dir.glob("step_*/state.json"))
+    if step is None:
+        info = checkpoint.latest(ckpt_dir)
+        if info is None:
+            raise ExportError(f"{ckpt_dir}: no complete checkpoint (no latest.json naming one); "
+                              f"train the run first (orchestrate train {Path(run_dir) / 'config.yaml'})")
+        return int(info["step"])
+    if step not in steps:
+        have = ", ".join(map(str, steps)) or "none"
+        raise ExportError(f"{ckpt_dir}: no complete checkpoint for step {step}; steps there: {have}")
+    return step
+
+
+def load_run_config(run_dir: Path):
+    import yaml
+
+    from .config import RunConfig
+
+    path = Path(run_dir) / "config.yaml"
+    if not path.exists():
+        raise ExportError(f"{path} does not exist; {run_dir} is not a run directory")
+    return RunConfig.from_dict(yaml.safe_load(path.read_text()))
+
+
+def base_model_path(cfg) -> str:
+    """Where the run's architecture, tokenizer and generation_config come from."""
+    if cfg.model.is_tiny:
+        from .tiny_model import ensure_tiny_model
+
+        return str(ensure_tiny_model())
+    return cfg.model.name_or_path
+
+
+def export_hf(run_dir: Path, step: int | None = None) -> Path:
+    """The HF directory of checkpoint `step` (default: the latest) of the run in `run_dir`, built if missing."""
+    run_dir = Path(run_dir)
+    step = checkpoint_step(run_dir, step)
+    final = export_dir(run_dir, step)
+    if (final / "export.json").is_file():
+        return final
+    cfg = load_run_config(run_dir)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        _write_export(run_dir, step, base_model_path(cfg), cfg.model.dtype, tmp)
+        os.rename(tmp, final)
+    except OSError:
+        if not (final / "export.json").is_file():
+            raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _fp32_state_dict(ckpt_dir: Path, tag: str) -> dict[str, torch.Tensor]:
+    from .distributed import setup_environment
+
+    # DS_ACCELERATOR=cpu without a GPU, set before deepspeed is imported
+    setup_environment(Path(__file__).resolve().parents[1] / ".cache")
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+
+    return get_fp32_state_dict_from_zero_checkpoint(str(ckpt_dir), tag=tag)
+
+
+def _write_export(run_dir: Path, step: int, base: str, dtype_name: str, out: Path) -> None:
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    tag = checkpoint.tag_for(step)
+    state = _fp32_state_dict(run_dir / "checkpoints", tag)
+    config = AutoConfig.from_pretrained(base)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    # Tied weights (lm_head = embed_tokens) are saved once: a missing name is fine if it is a tied alias.
+    aliases = {n for n, _ in model.named_parameters(remove_duplicate=False)} - {n for n, _ in model.named_parameters()}
+    missing = [m for m in missing if m not in aliases]
+    if missing or unexpected:
+        raise ExportError(f"checkpoint {tag} does not fit {base}: missing {missing[:5]}, unexpected "
+                          f"{unexpected[:5]}; was the run trained from another model?")
+    model.tie_weights()
+    saved_dtype = getattr(config, "dtype", None)  # model.dtype 'auto': keep the base model's own
+    dtype = _DTYPES.get(dtype_name) or (saved_dtype if isinstance(saved_dtype, torch.dtype) else torch.float32)
+    model.to(dtype).save_pretrained(out)
+    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    try:
+        GenerationConfig.from_pretrained(base).save_pretrained(out)
+    except OSError:  # the base has none: save_pretrained above wrote the model's default one
+        pass
+    record = {"export_version": EXPORT_VERSION, "run_dir": str(run_dir.resolve()), "step": step, "tag": tag,
+              "base_model": base, "dtype": str(dtype).removeprefix("torch."), "tensors": len(state)}
+    (out / "export.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")  # last: marks it whole
