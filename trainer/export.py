@@ -120,7 +120,7 @@ def _write_export(run_dir: Path, step: int, base: str, dtype_name: str, out: Pat
     saved_dtype = getattr(config, "dtype", None)  # model.dtype 'auto': keep the base model's own
     dtype = _DTYPES.get(dtype_name) or (saved_dtype if isinstance(saved_dtype, torch.dtype) else torch.float32)
     model.to(dtype).save_pretrained(out)
-    AutoTokenizer.from_pretrained(base).save_pretrained(out)
+    _copy_tokenizer(base, out, AutoTokenizer)
     try:
         GenerationConfig.from_pretrained(base).save_pretrained(out)
     except OSError:  # the base has none: save_pretrained above wrote the model's default one
@@ -128,3 +128,19 @@ def _write_export(run_dir: Path, step: int, base: str, dtype_name: str, out: Pat
     record = {"export_version": EXPORT_VERSION, "run_dir": str(run_dir.resolve()), "step": step, "tag": tag,
               "base_model": base, "dtype": str(dtype).removeprefix("torch."), "tensors": len(state)}
     (out / "export.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")  # last: marks it whole
+
+
+_NOT_TOKENIZER = ("config.json", "generation_config.json", "build.json", "export.json")
+_WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".index.json", ".msgpack", ".h5")
+
+
+def _copy_tokenizer(base: str, out: Path, auto_tokenizer) -> None:
+    """The base's tokenizer files byte for byte when it is a local directory (a load-and-save round trip through
+    AutoTokenizer may change the tokenizer class it resolves to); else through AutoTokenizer."""
+    base_dir = Path(base)
+    if not base_dir.is_dir():
+        auto_tokenizer.from_pretrained(base).save_pretrained(out)
+        return
+    for f in base_dir.iterdir():
+        if f.is_file() and f.name not in _NOT_TOKENIZER and not f.name.endswith(_WEIGHTS):
+            shutil.copyfile(f, out / f.name)

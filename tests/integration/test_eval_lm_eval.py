@@ -116,6 +116,8 @@ def test_export_reproduces_the_trained_weights(trained_run, tiny_model):
     assert any(not torch.equal(base[n], exported[n]) for n in base), "training changed nothing?"
     assert {"config.json", "model.safetensors", "tokenizer.json", "generation_config.json"} <= {
         p.name for p in out.iterdir()}
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        assert (out / name).read_bytes() == (tiny_model / name).read_bytes(), name
     stamp = (out / "export.json").stat().st_mtime_ns
     assert export_hf(trained_run["dir"], STEP) == out and (out / "export.json").stat().st_mtime_ns == stamp
     with pytest.raises(ExportError, match="no complete checkpoint for step 7; steps there: 3"):
