@@ -1,0 +1,97 @@
+"""Harness overhead of mean@k evaluation: lm-eval's hf backend against a direct batched `model.generate` loop.
+
+Both sample k completions for the same N tiny-task prompts (chat template applied) with the same settings
+(temperature 1.0, top_p 1.0, top_k off, the same token budget and batch size) on CPU, and grade them with the
+same reward; the model is loaded once, outside the timings. Prints samples/s of each and their ratio.
+
+    .venv/bin/python bench/eval.py                 # N=32 prompts x k=8, the fast tiny model, 2 threads
+    .venv/bin/python bench/eval.py --n 64 --k 16 --model default
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+# This file is bench/eval.py: run as a script, its own directory comes first on sys.path and `import eval` would
+# import this file instead of the project's eval package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from eval import backends, taskfiles  # noqa: E402
+from trainer import tasks  # noqa: E402
+from trainer.rewards import tiny_reward  # noqa: E402
+from trainer.tiny_model import ensure_tiny_model, fast_config  # noqa: E402
+
+
+def direct(model, tokenizer, prompts: list[str], k: int, max_tokens: int, batch_size: int) -> list[str]:
+    """k samples per prompt with plain `generate`, in batches of `batch_size` rows (prompt-major)."""
+    rows = [p for p in prompts for _ in range(k)]
+    texts = []
+    for start in range(0, len(rows), batch_size):
+        enc = tokenizer(rows[start:start + batch_size], return_tensors="pt", padding=True, padding_side="left",
+                        add_special_tokens=False)
+        with torch.no_grad():
+            out = model.generate(**enc, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_tokens,
+                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        texts += tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    return texts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=32, help="prompts (tiny test split)")
+    parser.add_argument("--k", type=int, default=8, help="samples per prompt")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", choices=("fast", "default"), default="fast")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    model_dir = ensure_tiny_model(fast_config() if args.model == "fast" else None)
+    examples = tasks.make_split("test", args.n)
+    with tempfile.TemporaryDirectory() as tmp:
+        data_file = tasks.write_jsonl(examples, Path(tmp) / "tiny_test.jsonl")
+        lm = backends.hf_lm(model_dir, device="cpu", batch_size=args.batch_size)
+        until = backends.stop_strings(lm.tokenizer, chat_template=True)
+        gen = backends.generation_kwargs("hf", 1.0, 1.0, args.max_tokens, until)
+        rendered = taskfiles.render({"tiny": data_file}, Path(tmp) / "tasks", args.k, gen)
+        manager = TaskManager(include_path=str(rendered), include_defaults=False)
+        prompts = [lm.tokenizer.apply_chat_template([{"role": "user", "content": ex["problem"]}], tokenize=False,
+                                                    add_generation_prompt=True) for ex in examples]
+        direct(lm.model, lm.tokenizer, prompts[:2], 1, args.max_tokens, args.batch_size)  # warm-up
+
+        start = time.perf_counter()
+        res = lm_eval.simple_evaluate(model=lm, tasks=["tiny"], task_manager=manager, apply_chat_template=True,
+                                      log_samples=True, bootstrap_iters=0, random_seed=0, numpy_random_seed=0,
+                                      torch_random_seed=0, fewshot_random_seed=0)
+        harness_s = time.perf_counter() - start
+        torch.manual_seed(0)
+        start = time.perf_counter()
+        texts = direct(lm.model, lm.tokenizer, prompts, args.k, args.max_tokens, args.batch_size)
+        direct_acc = sum(tiny_reward(t, ex["answer"]) for t, ex in zip(texts, [e for e in examples
+                                                                            for _ in range(args.k)]))
+        direct_s = time.perf_counter() - start
+
+    samples = args.n * args.k
+    got = res["samples"]["tiny"]
+    assert sum(len(s["filtered_resps"][0]) for s in got) == samples, "lm-eval did not keep all k samples"
+    print(f"tiny model {args.model} ({model_dir.name}), {args.n} prompts x k={args.k}, max {args.max_tokens} tokens, "
+          f"batch {args.batch_size}, {args.threads} threads, CPU")
+    print(f"  lm-eval hf backend : {harness_s:7.2f} s  {samples / harness_s:8.1f} samples/s  "
+          f"mean@{args.k} {res['results']['tiny']['acc,all']:.3f}")
+    print(f"  direct generate    : {direct_s:7.2f} s  {samples / direct_s:8.1f} samples/s  "
+          f"mean@{args.k} {direct_acc / samples:.3f}")
+    print(f"  harness / direct time ratio: {harness_s / direct_s:.2f}x "
+          f"(lm-eval runs at {direct_s / harness_s:.0%} of the direct loop's throughput)")
+
+
+if __name__ == "__main__":
+    main()
