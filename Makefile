@@ -35,7 +35,10 @@ test: setup lint
 ci: test
 
 bench: setup
+	$(BIN)/pip install -q -c constraints.txt -e '.[bench]'
 	$(BIN)/python bench/synthetic.py
+	$(BIN)/python bench/sweep_expand.py
+	$(BIN)/python bench/trainer.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -1,0 +1,115 @@
+"""Benchmark: our trainer's steps/s and tokens/s against TRL's GRPOTrainer on the same work, on CPU.
+
+    pip install -e '.[bench]'   # TRL, for this benchmark only
+    python bench/trainer.py [--steps 8] [--prompts 8] [--group 4] [--max-new 16]
+
+Same tiny model (trainer/tiny_model.py), same prompts (the tiny task's train split), same batch (prompts x group),
+same sampling (temperature 1.0, top_p 1.0, top_k off, max_new tokens), one CPU process each, KL beta 0.1 against
+the frozen reference in both (ours: k1 in the reward, RLOO; TRL: its k3 in the loss), a learning rate of 1e-4.
+The first step of each is a warm-up and is not timed. Printed: median step time, steps/s, generated tokens/s, and
+the ratio TRL / ours (target: >= 1, our step no slower than TRL's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+
+def ours(args) -> tuple[list[float], float]:
+    from orchestrator.identity import run_key
+    from trainer.config import RunConfig
+    from trainer.train import RunContext, train
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-ours-"))
+    cfg = RunConfig.from_dict({
+        "model": {"name_or_path": "tiny", "dtype": "fp32"},
+        "data": {"dataset": "tiny", "val_every": 0},
+        "rollout": {"engine": "hf", "max_response_tokens": args.max_new, "max_prompt_tokens": 64},
+        "optim": {"lr": 1e-4, "steps": args.steps, "batch_prompts": args.prompts, "minibatch_prompts": args.prompts},
+        "algorithm": {"group_size": args.group},
+        "checkpoint": {"every": 10**6, "keep_last": 1},
+        "kl": {"estimator": "k1", "placement": "reward", "beta": 0.1},
+        "tracking": {"tracking_uri": f"sqlite:///{tmp / 'mlflow.db'}", "experiment": "bench"},
+    })
+    key = run_key(cfg)
+    train(cfg, RunContext(run_dir=tmp / "run", run_key=key, micro_groups=args.prompts))
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("bench")
+    rid = client.search_runs([exp.experiment_id], filter_string=f"tags.run_key = '{key}'")[0].info.run_id
+    times = [m.value for m in sorted(client.get_metric_history(rid, "perf/step_time_s"), key=lambda m: m.step)]
+    lengths = [m.value for m in client.get_metric_history(rid, "train/response_length")]
+    return times[1:], statistics.mean(lengths) * args.prompts * args.group
+
+
+def trl(args) -> tuple[list[float], float]:
+    import datasets
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trainer.rewards import tiny_reward
+    from trainer.tasks import make_split
+    from trainer.tiny_model import ensure_tiny_model
+
+    path = str(ensure_tiny_model())
+    tok = AutoTokenizer.from_pretrained(path)
+    rows = [{"prompt": [{"role": "user", "content": ex["problem"]}], "answer": ex["answer"]}
+            for ex in make_split("train", args.prompts * (args.steps + 1))]
+
+    def reward(completions, answer, **_):
+        return [tiny_reward(c[0]["content"] if isinstance(c, list) else c, a) for c, a in zip(completions, answer)]
+
+    class Timer(TrainerCallback):
+        def __init__(self):
+            self.times, self.t0 = [], None
+
+        def on_step_begin(self, *a, **k):
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            self.times.append(time.perf_counter() - self.t0)
+
+    timer = Timer()
+    cfg = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="bench-trl-"), per_device_train_batch_size=args.prompts * args.group,
+        num_generations=args.group, max_completion_length=args.max_new, max_steps=args.steps, learning_rate=1e-4,
+        beta=0.1, temperature=1.0, top_p=1.0, top_k=0, use_cpu=True, report_to=[], logging_steps=10**6,
+        save_strategy="no", bf16=False, seed=0,
+    )
+    torch.manual_seed(0)
+    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=reward, args=cfg,
+                          train_dataset=datasets.Dataset.from_list(rows), processing_class=tok, callbacks=[timer])
+    trainer.train()
+    return timer.times[1:], float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--group", type=int, default=4)
+    ap.add_argument("--max-new", type=int, default=16)
+    args = ap.parse_args()
+    ours_t, tokens = ours(args)
+    try:
+        trl_t, _ = trl(args)
+    except ImportError as err:
+        print(f"TRL is not installed ({err}); run `pip install -e '.[bench]'` for the comparison")
+        trl_t = []
+    o = statistics.median(ours_t)
+    print(f"work: {args.prompts} prompts x {args.group} rollouts, <= {args.max_new} new tokens, {args.steps} steps")
+    print(f"ours: median step {o:.3f} s, {1 / o:.2f} steps/s, {tokens / o:.0f} generated tokens/s")
+    if trl_t:
+        t = statistics.median(trl_t)
+        print(f"TRL GRPOTrainer: median step {t:.3f} s, {1 / t:.2f} steps/s")
+        print(f"ratio TRL step / our step: {t / o:.2f}x   target >= 1: {'met' if t >= o else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
