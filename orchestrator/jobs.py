@@ -89,12 +89,23 @@ def _record(run_dir: Path) -> dict:
 # --- the probe: a real job that counts to N, one checkpoint per step --------------------------------------------
 
 def probe_settings(run_dir: Path) -> dict:
-    """`<run_dir>/probe.json`: steps, sleep_s, fail_exit (exit with it at fail_at_step), collapse_at_step."""
-    defaults = {"steps": 3, "sleep_s": 0.0, "fail_exit": None, "fail_at_step": 1, "collapse_at_step": None}
+    """`<run_dir>/probe.json`: steps (default: config.yaml's optim.steps), sleep_s, fail_exit (exit with it from
+    fail_at_step on), collapse_at_step (write a collapsed verdict from then on)."""
+    defaults = {"steps": _config_steps(run_dir), "sleep_s": 0.0, "fail_exit": None, "fail_at_step": 1,
+                "collapse_at_step": None}
     try:
         return {**defaults, **json.loads((run_dir / "probe.json").read_text(encoding="utf-8"))}
     except (OSError, json.JSONDecodeError):
         return defaults
+
+
+def _config_steps(run_dir: Path) -> int:
+    import yaml
+
+    try:
+        return int(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))["optim"]["steps"])
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+        return 3
 
 
 def probe_train(run_dir: Path) -> dict:
@@ -119,15 +130,10 @@ def probe_train(run_dir: Path) -> dict:
 
 
 def probe_eval(run_dir: Path) -> dict:
-    """A stand-in evaluation: reads the final checkpoint's step and fails unless training had finished (probe.json's
-    steps, else config.yaml's optim.steps), so a chained evaluation that ran too early shows up."""
+    """A stand-in evaluation (until eval/run.py is there, and for fault tests): reads the final checkpoint's step
+    and fails unless training had finished, so a chained evaluation that ran too early shows up."""
     step = json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"]
-    if (run_dir / "probe.json").exists():
-        target = probe_settings(run_dir)["steps"]
-    else:
-        import yaml
-
-        target = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))["optim"]["steps"]
+    target = probe_settings(run_dir)["steps"]
     if step != target:
         raise RuntimeError(f"evaluated at step {step} of {target}: training had not finished")
     return {"step": step, "eval/probe/mean_at_1": 1.0}

@@ -310,10 +310,13 @@ def submit_jobs(backend, ledger: Ledger, records: list[dict], kinds: tuple[str, 
         ledger.save_all(records)
 
 
-def submit_watcher(fn, sweep_dir: Path, kwargs: dict, params: dict, code: str, dependency: str | None = None) -> str:
+def submit_watcher(fn, sweep_dir: Path, kwargs: dict, params: dict, code: str, dependency: str | None = None,
+                   signal_delay_s: int = 10) -> str:
     """The watcher as a small Slurm job of its own (`fn(sweep_dir, **kwargs)`: watch.watch_job), named
-    `<sweep>-watcher`; returns its job id. Its logs go with the sweep's."""
+    `<sweep>-watcher`; returns its job id. It hands over to its successor before its limit by itself, so the
+    warning signal comes late (`signal_delay_s`). Its logs go with the sweep's."""
     ex = submitit.SlurmExecutor(folder=Path(sweep_dir).absolute() / "slurm" / "%j", max_num_timeout=0)
     ex.update_parameters(**params, job_name=f"{Path(sweep_dir).name}-watcher", setup=setup_lines(code),
-                         dependency=dependency, nodes=1, ntasks_per_node=1, cpus_per_task=1)
+                         dependency=dependency, nodes=1, ntasks_per_node=1, cpus_per_task=1,
+                         signal_delay_s=signal_delay_s)
     return ex.submit(fn, str(sweep_dir), **kwargs).job_id

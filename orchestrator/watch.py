@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -348,18 +349,21 @@ class Watcher:
             submit_jobs(self.backend, self.ledger, [record], ("train",))
 
     def run(self, poll_s: float = 30.0, timeout_s: float | None = None, on_poll=None, keep_alive=None,
-            stop_at: float | None = None) -> dict[str, dict]:
-        """Poll until every cell is final (or `timeout_s`, or the wall time `stop_at`): returns the records."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+            stop=None) -> dict[str, dict]:
+        """Poll until every cell is final, `timeout_s` has passed or `stop()` says so: returns the records."""
+        deadline = time.monotonic() + (timeout_s if timeout_s is not None else float("inf"))
+        stop = stop or (lambda: False)
         while True:
             records = self.poll()
             if keep_alive:
                 keep_alive()
             if on_poll:
                 on_poll(records)
-            if settled(records) or (deadline and time.monotonic() > deadline) or (stop_at and time.time() > stop_at):
+            next_poll = min(time.monotonic() + poll_s, deadline)
+            while time.monotonic() < next_poll and not stop():
+                time.sleep(min(1.0, max(0.0, next_poll - time.monotonic())))
+            if settled(records) or time.monotonic() >= deadline or stop():
                 return records
-            time.sleep(poll_s)
 
 
 def settled(records: dict[str, dict]) -> bool:
@@ -377,15 +381,21 @@ def _verdict(record: dict) -> str | None:
     return verdict.verdict if verdict else None
 
 
-def watch_job(sweep_dir: str, max_retries: int = 3, poll_s: float = 60.0, time_min: int = 60,
-              margin_s: float = 180.0) -> str:
-    """The watcher's own Slurm job: follow the sweep until `margin_s` before its time limit, then submit its
-    successor (`afterany` on itself: it starts when this one has ended and released the lock)."""
-    started, ledger = time.time(), Ledger(sweep_dir)
+def watch_job(sweep_dir: str, max_retries: int = 3, poll_s: float = 60.0, time_min: int = 60) -> str:
+    """The watcher's own Slurm job: follow the sweep until Slurm's warning signal (USR2, or SIGTERM) or a margin
+    before its time limit (a quarter of it, at most 3 minutes), then submit its successor (`afterany` on itself:
+    it starts once this one has ended and released the lock). Returns "settled" or the successor's job id."""
+    started, ledger, margin_s = time.time(), Ledger(sweep_dir), min(180.0, time_min * 15.0)
     backend = SlurmBackend(Path(sweep_dir), load_options(sweep_dir, executor="slurm"))
+    warned: list[int] = []
+    for sig in (signal.SIGUSR2, signal.SIGTERM):  # Slurm may warn up to a minute early: hand over, don't die
+        signal.signal(sig, lambda signum, frame: warned.append(signum))
+
+    def stop() -> bool:
+        return bool(warned) or time.time() > started + time_min * 60 - margin_s
+
     with ledger.lock("orchestrate watch --as-job", stale_s=max(600.0, 10 * poll_s)) as keep_alive:
-        records = Watcher(ledger, backend, max_retries).run(poll_s, keep_alive=keep_alive,
-                                                            stop_at=started + time_min * 60 - margin_s)
+        records = Watcher(ledger, backend, max_retries).run(poll_s, keep_alive=keep_alive, stop=stop)
     if settled(records):
         return "settled"
     return submit_as_job(Path(sweep_dir), max_retries, poll_s, time_min,
@@ -402,7 +412,8 @@ def submit_as_job(sweep_dir: Path, max_retries: int, poll_s: float, time_min: in
     params = {k: base[k] for k in ("partition", "account", "qos") if k in base}
     params.update(time=time_min, mem="1G")
     job_id = submit_watcher(watch_job, sweep_dir, {"max_retries": max_retries, "poll_s": poll_s,
-                                                   "time_min": time_min}, params, records[0]["code"], dependency)
+                                                   "time_min": time_min}, params, records[0]["code"], dependency,
+                            signal_delay_s=int(min(90.0, time_min * 7.5)))
     atomic_write(sweep_dir / "watcher.json", json.dumps({"job_id": job_id, "at": time.time(),
                                                          "after": dependency}) + "\n")
     return job_id

@@ -1,0 +1,117 @@
+"""The commands end to end: `orchestrate sweep` (Slurm: returns at once; local executor: follows to the end),
+`status`, `cancel`, `watch` (in the foreground, and as a Slurm job that resubmits itself), `logs`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from orchestrator.ledger import Ledger, latest
+from orchestrator.plan import make_plan
+from orchestrator.rundirs import materialise
+from orchestrator.sweep import load_sweep
+
+REPO = Path(__file__).resolve().parents[2]
+PROBE = ["--train-entry", "orchestrator.jobs:probe_train", "--eval-entry", "orchestrator.jobs:probe_eval"]
+SMALL = ["sweep.slurm.overrides.cpus_per_task=1", "sweep.slurm.overrides.mem_gb=0.5",
+         "sweep.slurm.overrides.eval.cpus_per_task=1", "sweep.slurm.overrides.eval.mem_gb=0.5",
+         "sweep.slurm.overrides.array_parallelism=2"]
+
+
+def orchestrate(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture
+def sweep_args(tmp_path):
+    """Arguments of a fresh 2-cell probe sweep under tmp_path; cancels its jobs (and watcher jobs) afterwards."""
+    name = f"c{uuid.uuid4().hex[:8]}"
+    args = [str(REPO / "sweeps" / "smoke.yaml"), f"sweep.name={name}", f"sweep.output_root={tmp_path}", *SMALL]
+    yield name, args, tmp_path / name
+    queue = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True).stdout.splitlines()
+    ids = [line.split()[0] for line in queue if line.split() and line.split()[1].startswith(name)]
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True)
+
+
+def probes(args: list[str], *settings: dict) -> list[str]:
+    """Write the run dirs as `orchestrate sweep` will, with cell i's probe.json (before any job can start);
+    returns the run_keys in cell order."""
+    sweep = load_sweep(args[0], args[1:])
+    done = materialise(sweep, make_plan(sweep))
+    for cell, probe in zip(sweep.cells, settings):
+        (done.sweep_dir / cell.run_key / "probe.json").write_text(json.dumps(probe))
+    return [c.run_key for c in sweep.cells]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_sweep_returns_once_submitted_then_status_cancel_watch_and_logs(sweep_args, tmp_path):
+    name, args, sweep_dir = sweep_args
+    long, short = probes(args, {"steps": 60, "sleep_s": 1.0}, {"steps": 2, "sleep_s": 0.2})
+    started = time.monotonic()
+    first = orchestrate("sweep", *args, *PROBE, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert time.monotonic() - started < 30 and "in 2 sbatch call(s)" in first.stdout
+
+    status = orchestrate("status", str(sweep_dir), "--json", cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    assert {row["run_key"] for row in json.loads(status.stdout)} == {long, short}
+
+    cancel = orchestrate("cancel", str(sweep_dir), "--run", long[:6], cwd=tmp_path)
+    assert cancel.returncode == 0 and "cancelled 2 job(s) of 1 cell(s)" in cancel.stdout, cancel.stdout + cancel.stderr
+    watch = orchestrate("watch", str(sweep_dir), "--poll", "2", "--timeout", "150", cwd=tmp_path)
+    assert watch.returncode == 1  # not every cell completed: one was cancelled
+    records = Ledger(sweep_dir).records()
+    assert records[long]["final"]["status"] == "cancelled" and len(records[long]["jobs"]) == 2  # not resubmitted
+    assert records[short]["final"]["status"] == "completed"
+    table = orchestrate("status", args[0], *args[1:], cwd=tmp_path)  # SWEEP given as the sweep file
+    assert "cancelled" in table.stdout and "done" in table.stdout, table.stdout
+
+    logs = orchestrate("logs", short[:5], "--root", str(tmp_path), "--lines", "5", cwd=tmp_path)
+    assert logs.returncode == 0 and latest(records[short], "train")["stdout"] in logs.stdout
+    assert "Job completed successfully" in logs.stdout
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_the_watcher_as_a_job_settles_cells_and_resubmits_itself_before_its_limit(sweep_args, tmp_path):
+    name, args, sweep_dir = sweep_args
+    long, short = probes(args, {"steps": 300, "sleep_s": 1.0}, {"steps": 2, "sleep_s": 0.2})
+    assert orchestrate("sweep", *args, *PROBE, cwd=tmp_path).returncode == 0
+    submitted = orchestrate("watch", str(sweep_dir), "--as-job", "--time-min", "1", "--poll", "3", cwd=tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    first = json.loads((sweep_dir / "watcher.json").read_text())["job_id"]
+
+    deadline = time.monotonic() + 150  # a 1-minute watcher stops 15 s before its limit and submits its successor
+    while json.loads((sweep_dir / "watcher.json").read_text())["job_id"] == first:
+        assert time.monotonic() < deadline, "the watcher job did not resubmit itself"
+        time.sleep(2)
+    successor = json.loads((sweep_dir / "watcher.json").read_text())
+    assert successor["after"] == f"afterany:{first}"
+    records = Ledger(sweep_dir).records()
+    assert records[short]["final"]["status"] == "completed"  # decided by the watcher job
+    assert records[long]["final"] is None and latest(records[long], "train")["state"] == "RUNNING"
+    state = subprocess.run(["sacct", "-j", first, "-X", "-n", "-o", "State"], capture_output=True, text=True)
+    assert state.stdout.split()[0] in ("COMPLETED", "COMPLETING", "RUNNING"), state.stdout
+
+
+@pytest.mark.slow
+def test_the_local_executor_follows_the_sweep_to_the_end(tmp_path):
+    args = [str(REPO / "sweeps" / "smoke.yaml"), f"sweep.output_root={tmp_path}", "--executor", "local",
+            "--poll", "1", *PROBE]
+    done = orchestrate("sweep", *args, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "smoke: 2 done" in done.stdout
+    records = Ledger(tmp_path / "smoke").records()
+    assert all(r["final"]["status"] == "completed" for r in records.values())
+    assert all(j["executor"] == "local" for r in records.values() for j in r["jobs"])
+    again = orchestrate("sweep", *args, cwd=tmp_path)
+    assert again.returncode == 0 and "2 training(s)" not in again.stdout and "kept: 2 done" in again.stdout
