@@ -94,6 +94,33 @@ def vllm_model_args(model_dir: Path, seed: int, tensor_parallel_size: int = 1,
     return args
 
 
+def vllm_lm(model_args: dict):
+    """lm-eval's VLLM model (it builds the `vllm.LLM` engine); GPU only."""
+    from lm_eval.api.registry import get_model
+
+    return get_model("vllm").create_from_arg_obj(model_args)
+
+
+def release_vllm(lm) -> None:
+    """Free a vLLM engine before the next seed builds its own (one engine per seed: the seed is an engine
+    argument). Best effort, in the order vLLM's own tests use; every step is optional across vLLM versions."""
+    import gc
+
+    import torch
+
+    lm.model = None
+    gc.collect()
+    try:
+        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+        destroy_model_parallel()
+        destroy_distributed_environment()
+    except Exception:  # noqa: BLE001 - an older or newer vLLM without these: the engine is gone all the same
+        pass
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def model_max_length(model_dir: Path) -> int | None:
     """max_position_embeddings from the model's config.json, if it says."""
     try:

@@ -8,55 +8,29 @@
 2. Skip every task whose marker `<run_dir>/eval/step_N/<task>.done.json` records the same settings and data
    (unless `force`). Then export the checkpoint to HF format (trainer/export.py), render the task YAMLs
    (eval/taskfiles.py) and run `lm_eval.simple_evaluate` once per evaluation seed over the pending tasks.
-3. Per task: the per-sample outputs as jsonl, lm-eval's numbers as json, the mean over seeds logged as
-   `eval/<task>/mean_at_<k>`, `pass_at_1`, `pass_at_<k>`, `maj_at_<k>` at the checkpoint's step into the SAME
-   MLflow run as the training (reopened by its run_key), then the marker, written last.
+3. Per task (eval/record.py): the per-sample outputs as jsonl, lm-eval's numbers as json, the mean over seeds
+   logged as `eval/<task>/mean_at_<k>`, `pass_at_1`, `pass_at_<k>`, `maj_at_<k>` at the checkpoint's step into the
+   SAME MLflow run as the training (reopened by its run_key), then the marker, written last.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trainer.checkpoint import atomic_write_text, tag_for
+from trainer.checkpoint import tag_for
 
-from . import backends, data, taskfiles
-from .answers import grade
-from .metrics import eval_metric_keys
+from . import backends, data, record, taskfiles
+from .record import Settings
 from .target import EvalError, Target, resolve
-
-LM_EVAL_METRICS = ("acc", "pass_at_1", "pass_at_n", "maj_at_n", "n_samples")
-BASE_EXPERIMENT = "comedy-base-models"
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything that changes the numbers; a marker counts as done only for equal settings."""
-
-    k: int
-    temperature: float
-    top_p: float
-    max_tokens: int
-    chat_template: bool
-    seeds: tuple[int, ...]
-    backend: str
-    limit: int | None = None
-
-    def record(self) -> dict:
-        """As JSON reads it back (seeds a list), for comparing with a marker."""
-        return {**asdict(self), "seeds": list(self.seeds)}
 
 
 def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | None = None, force: bool = False,
              limit: int | None = None, *, k: int | None = None, seeds: list[int] | None = None,
              backend: str | None = None, max_tokens: int | None = None, chat_template: bool | None = None,
-             data_dir: Path | None = None,
-             tracking_uri: str | None = None, experiment: str | None = None, out_dir: Path | None = None,
-             runs_root: Path = Path("runs"), engine_args: dict | None = None,
+             data_dir: Path | None = None, tracking_uri: str | None = None, experiment: str | None = None,
+             out_dir: Path | None = None, runs_root: Path = Path("runs"), engine_args: dict | None = None,
              log: Callable[[str], None] = print) -> dict:
     """Evaluate a run's checkpoint (default: its latest) or a plain model; see the module docstring."""
     from trainer.config import EvalConfig
@@ -70,7 +44,7 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
     root = (target.path if target.is_run else Path(out_dir or runs_root / "eval" / target.run_key)) / "eval"
     root = root / tag_for(step)
     files = _data_files(tasks, Path(data_dir or data.default_data_dir()), root / "data")
-    marks = {t: _marker(root, t, settings, files[t]) for t in tasks}
+    marks = {t: record.marker(root, t, settings, files[t]) for t in tasks}
     pending = [t for t in tasks if force or marks[t] is None]
     summary = {"target": str(target.path), "run_key": target.run_key, "step": step, "settings": settings.record(),
                "tasks": {t: {"status": "skipped", "metrics": marks[t]["metrics"]} for t in tasks if t not in pending}}
@@ -81,10 +55,11 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
         return summary
     model_dir = _model_dir(target, step, log)
     per_seed = _generate(model_dir, pending, files, settings, root, cfg, force, engine_args or {}, log)
-    summary["run_id"] = _log(target, cfg, pending, per_seed, settings, step, root, files, tracking_uri,
-                             experiment, model_dir)
+    summary["run_id"] = record.log_to_run(target, cfg, pending, per_seed, settings, step, root, files,
+                                          tracking_uri, experiment, model_dir)
     for t in pending:
-        summary["tasks"][t] = {"status": "evaluated", "metrics": _marker(root, t, settings, files[t])["metrics"]}
+        done = record.marker(root, t, settings, files[t])
+        summary["tasks"][t] = {"status": "evaluated", "metrics": done["metrics"]}
     return summary
 
 
@@ -151,16 +126,6 @@ def _data_files(tasks: list[str], data_dir: Path, scratch: Path) -> dict[str, Pa
     return files
 
 
-def _marker(root: Path, task: str, settings: Settings, data_file: Path) -> dict | None:
-    path = root / f"{task}.done.json"
-    try:
-        mark = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    same = mark.get("settings") == settings.record()
-    return mark if same and mark.get("data_sha256") == data.sha256_file(data_file) else None
-
-
 def _model_dir(target: Target, step: int, log) -> Path:
     if not target.is_run:
         return target.path
@@ -203,27 +168,30 @@ def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, 
     for seed in settings.seeds:
         todo = []
         for t in tasks:
-            saved = _seed_result(root, t, seed, settings, files[t])
+            saved = record.seed_result(root, t, seed, settings, files[t])
             if saved is not None and not force:
                 results[t][seed] = saved
             else:
                 todo.append(t)
         if not todo:
             continue
-        if settings.backend == "hf":
-            hf = hf or backends.hf_lm(model_dir, device=_device())
-            model, model_args = hf, None
-        else:
-            model, model_args = "vllm", _vllm_args(model_dir, seed, cfg, settings, engine_args)
         log(f"[eval] seed {seed}: {', '.join(todo)} with k={settings.k} on {settings.backend} ({model_dir})")
+        if settings.backend == "hf":
+            model = hf = hf or backends.hf_lm(model_dir, device=_device())
+        else:  # the seed is an engine argument: one engine per seed
+            model = backends.vllm_lm(_vllm_args(model_dir, seed, cfg, settings, engine_args))
         start = time.monotonic()
-        out = lm_eval.simple_evaluate(
-            model=model, model_args=model_args, tasks=todo, task_manager=manager, limit=settings.limit,
-            apply_chat_template=settings.chat_template, fewshot_as_multiturn=settings.chat_template,
-            log_samples=True, bootstrap_iters=0, random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
-            fewshot_random_seed=seed)
+        try:
+            out = lm_eval.simple_evaluate(
+                model=model, tasks=todo, task_manager=manager, limit=settings.limit,
+                apply_chat_template=settings.chat_template, fewshot_as_multiturn=settings.chat_template,
+                log_samples=True, bootstrap_iters=0, random_seed=seed, numpy_random_seed=seed,
+                torch_random_seed=seed, fewshot_random_seed=seed)
+        finally:
+            if settings.backend == "vllm":
+                backends.release_vllm(model)
         for t in todo:
-            results[t][seed] = _save_seed(root, t, seed, out, settings, files[t], time.monotonic() - start)
+            results[t][seed] = record.save_seed(root, t, seed, out, settings, files[t], time.monotonic() - start)
             log(f"[eval] {t} seed {seed}: mean@{settings.k} {results[t][seed]['acc']:.4f} over "
                 f"{results[t][seed]['docs']} problems")
     return results
@@ -242,76 +210,3 @@ def _vllm_args(model_dir: Path, seed: int, cfg, settings: Settings, engine_args:
     args = {"tensor_parallel_size": cfg.rollout.tensor_parallel if cfg else 1,
             "max_model_len": min(max_len, longest) if longest else max_len, **engine_args}
     return backends.vllm_model_args(model_dir, seed, **args)
-
-
-def _seed_file(root: Path, task: str, seed: int, kind: str) -> Path:
-    return root / task / f"seed_{seed}.{kind}"
-
-
-def _seed_result(root, task, seed, settings, data_file) -> dict | None:
-    try:
-        saved = json.loads(_seed_file(root, task, seed, "results.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    same = saved.get("settings") == settings.record()
-    return saved["metrics"] if same and saved.get("data_sha256") == data.sha256_file(data_file) else None
-
-
-def _save_seed(root, task, seed, out, settings, data_file, seconds) -> dict:
-    """Write the seed's per-sample jsonl and results json; return its metrics (checked: k samples per problem)."""
-    family = taskfiles.family(task)
-    rows = []
-    for s in sorted(out["samples"][task], key=lambda s: s["doc_id"]):
-        kept = s["filtered_resps"][0]
-        samples = [kept] if isinstance(kept, str) else list(kept)  # a str: a take_first filter (caught below)
-        graded = [grade(family, text, s["doc"]) for text in samples]
-        rows.append({"doc_id": s["doc_id"], "unique_id": s["doc"].get("unique_id"), "target": s["target"],
-                     "prompt": s["arguments"][0][0], "samples": samples, "scores": [g[0] for g in graded],
-                     "answers": [g[1] for g in graded], **{m: s.get(m) for m in LM_EVAL_METRICS}})
-    reported = out["results"][task]
-    metrics = {m: float(reported[f"{m},all"]) for m in LM_EVAL_METRICS}
-    bad = [r["doc_id"] for r in rows if len(r["samples"]) != settings.k]
-    if bad or metrics["n_samples"] != settings.k:
-        raise RuntimeError(f"{task}: lm-eval scored {metrics['n_samples']} samples per problem, not k={settings.k} "
-                           f"(docs {bad[:5]}): the task's filter must keep all repeats")
-    metrics["docs"] = len(rows)
-    samples_path = _seed_file(root, task, seed, "samples.jsonl")
-    samples_path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(samples_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    record = {"task": task, "seed": seed, "metrics": metrics, "lm_eval": reported, "seconds": round(seconds, 2),
-              "settings": settings.record(), "data_sha256": data.sha256_file(data_file)}
-    atomic_write_text(_seed_file(root, task, seed, "results.json"), json.dumps(record, indent=1, default=str))
-    return metrics
-
-
-def _log(target, cfg, tasks, per_seed, settings, step, root, files, tracking_uri, experiment, model_dir) -> str | None:
-    """Means over seeds into the MLflow run of `target` (reopened by run_key), the files as artifacts, then the
-    markers. The tracker buffers in the run dir while the store is unreachable, so nothing is lost."""
-    from orchestrator.tracking import MlflowTracker
-    from trainer.train import default_tracking_uri
-
-    run_dir = root.parents[1]
-    uri = tracking_uri or (cfg.tracking.tracking_uri if cfg else "") or default_tracking_uri()
-    name = experiment or ((cfg.tracking.experiment or "comedy") if cfg else BASE_EXPERIMENT)
-    tracker = MlflowTracker(run_dir)
-    params = {} if target.is_run else {"model.name_or_path": str(model_dir)}
-    tracker.open_run(target.run_key, name, uri, params, {})
-    try:
-        for task in tasks:
-            seeds = per_seed[task]
-            mean = {m: sum(r[m] for r in seeds.values()) / len(seeds) for m in LM_EVAL_METRICS}
-            keys = eval_metric_keys(task, settings.k)
-            metrics = {keys[m]: mean[m] for m in keys}
-            tracker.log_metrics(metrics, step)
-            for seed in seeds:
-                for kind in ("samples.jsonl", "results.json"):
-                    tracker.log_artifact(_seed_file(root, task, seed, kind), f"eval/{tag_for(step)}/{task}")
-            tracker.log_artifact(root / "tasks" / f"{task}.yaml", f"eval/{tag_for(step)}/{task}")
-            mark = {"task": task, "step": step, "metrics": metrics, "per_seed": {str(s): r for s, r in seeds.items()},
-                    "settings": settings.record(), "data_sha256": data.sha256_file(files[task]),
-                    "model_dir": str(model_dir), "run_key": target.run_key, "finished_unix": int(time.time()),
-                    "pid": os.getpid()}
-            atomic_write_text(root / f"{task}.done.json", json.dumps(mark, indent=1, sort_keys=True))
-    finally:
-        tracker.close("FINISHED")
-    return tracker.run_id

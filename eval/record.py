@@ -1,0 +1,130 @@
+"""What an evaluation leaves behind: per-seed files, the MLflow metrics and artifacts, and the done-markers.
+
+    <run_dir>/eval/step_NNNNNN/
+        tasks/<task>.yaml, utils.py        the rendered task files lm-eval ran
+        <task>/seed_S.samples.jsonl        per problem: prompt, all k samples, their scores and answers
+        <task>/seed_S.results.json         lm-eval's numbers for the seed, with the settings and the data sha256
+        <task>.done.json                   written last: the metrics logged, the settings, the data sha256
+
+A marker or a seed's results count only for equal settings and data, so changing k, the budget or the data
+re-evaluates instead of reusing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from trainer.checkpoint import atomic_write_text, tag_for
+
+from . import data, taskfiles
+from .answers import grade
+from .metrics import eval_metric_keys
+
+LM_EVAL_METRICS = ("acc", "pass_at_1", "pass_at_n", "maj_at_n", "n_samples")
+BASE_EXPERIMENT = "comedy-base-models"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything that changes the numbers; a marker counts as done only for equal settings."""
+
+    k: int
+    temperature: float
+    top_p: float
+    max_tokens: int
+    chat_template: bool
+    seeds: tuple[int, ...]
+    backend: str
+    limit: int | None = None
+
+    def record(self) -> dict:
+        """As JSON reads it back (seeds a list), for comparing with a marker."""
+        return {**asdict(self), "seeds": list(self.seeds)}
+
+
+def marker(root: Path, task: str, settings: Settings, data_file: Path) -> dict | None:
+    path = root / f"{task}.done.json"
+    try:
+        mark = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    same = mark.get("settings") == settings.record()
+    return mark if same and mark.get("data_sha256") == data.sha256_file(data_file) else None
+
+
+def seed_file(root: Path, task: str, seed: int, kind: str) -> Path:
+    return root / task / f"seed_{seed}.{kind}"
+
+
+def seed_result(root, task, seed, settings, data_file) -> dict | None:
+    try:
+        saved = json.loads(seed_file(root, task, seed, "results.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    same = saved.get("settings") == settings.record()
+    return saved["metrics"] if same and saved.get("data_sha256") == data.sha256_file(data_file) else None
+
+
+def save_seed(root, task, seed, out, settings, data_file, seconds) -> dict:
+    """Write the seed's per-sample jsonl and results json; return its metrics (checked: k samples per problem)."""
+    family = taskfiles.family(task)
+    rows = []
+    for s in sorted(out["samples"][task], key=lambda s: s["doc_id"]):
+        kept = s["filtered_resps"][0]
+        samples = [kept] if isinstance(kept, str) else list(kept)  # a str: a take_first filter (caught below)
+        graded = [grade(family, text, s["doc"]) for text in samples]
+        rows.append({"doc_id": s["doc_id"], "unique_id": s["doc"].get("unique_id"), "target": s["target"],
+                     "prompt": s["arguments"][0][0], "samples": samples, "scores": [g[0] for g in graded],
+                     "answers": [g[1] for g in graded], **{m: s.get(m) for m in LM_EVAL_METRICS}})
+    reported = out["results"][task]
+    metrics = {m: float(reported[f"{m},all"]) for m in LM_EVAL_METRICS}
+    bad = [r["doc_id"] for r in rows if len(r["samples"]) != settings.k]
+    if bad or metrics["n_samples"] != settings.k:
+        raise RuntimeError(f"{task}: lm-eval scored {metrics['n_samples']} samples per problem, not k={settings.k} "
+                           f"(docs {bad[:5]}): the task's filter must keep all repeats")
+    metrics["docs"] = len(rows)
+    samples_path = seed_file(root, task, seed, "samples.jsonl")
+    samples_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(samples_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    record = {"task": task, "seed": seed, "metrics": metrics, "lm_eval": reported, "seconds": round(seconds, 2),
+              "settings": settings.record(), "data_sha256": data.sha256_file(data_file)}
+    atomic_write_text(seed_file(root, task, seed, "results.json"), json.dumps(record, indent=1, default=str))
+    return metrics
+
+
+def log_to_run(target, cfg, tasks, per_seed, settings, step, root, files, tracking_uri, experiment,
+               model_dir) -> str | None:
+    """Means over seeds into the MLflow run of `target` (reopened by run_key), the files as artifacts, then the
+    markers. The tracker buffers in the run dir while the store is unreachable, so nothing is lost."""
+    from orchestrator.tracking import MlflowTracker
+    from trainer.train import default_tracking_uri
+
+    run_dir = root.parents[1]
+    uri = tracking_uri or (cfg.tracking.tracking_uri if cfg else "") or default_tracking_uri()
+    name = experiment or ((cfg.tracking.experiment or "comedy") if cfg else BASE_EXPERIMENT)
+    tracker = MlflowTracker(run_dir)
+    params = {} if target.is_run else {"model.name_or_path": str(model_dir)}
+    tracker.open_run(target.run_key, name, uri, params, {})
+    try:
+        for task in tasks:
+            seeds = per_seed[task]
+            mean = {m: sum(r[m] for r in seeds.values()) / len(seeds) for m in LM_EVAL_METRICS}
+            keys = eval_metric_keys(task, settings.k)
+            metrics = {keys[m]: mean[m] for m in keys}
+            tracker.log_metrics(metrics, step)
+            for seed in seeds:
+                for kind in ("samples.jsonl", "results.json"):
+                    tracker.log_artifact(seed_file(root, task, seed, kind), f"eval/{tag_for(step)}/{task}")
+            tracker.log_artifact(root / "tasks" / f"{task}.yaml", f"eval/{tag_for(step)}/{task}")
+            mark = {"task": task, "step": step, "metrics": metrics, "per_seed": {str(s): r for s, r in seeds.items()},
+                    "settings": settings.record(), "data_sha256": data.sha256_file(files[task]),
+                    "model_dir": str(model_dir), "run_key": target.run_key, "finished_unix": int(time.time()),
+                    "pid": os.getpid()}
+            atomic_write_text(root / f"{task}.done.json", json.dumps(mark, indent=1, sort_keys=True))
+    finally:
+        tracker.close("FINISHED")
+    return tracker.run_id
