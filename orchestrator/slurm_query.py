@@ -14,6 +14,8 @@ import subprocess
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from orchestrator.errors import UserError
+
 SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Reason", "Submit", "Start", "End", "Elapsed",
                 "NodeList", "MaxRSS", "ReqMem")
 # sacct states that will not change any more; CANCELLED, PREEMPTED and NODE_FAIL may still be followed by a
@@ -23,8 +25,8 @@ TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEM
 TIMEOUT_S = 120  # a slurmctld under load answers slowly; never hang a watcher forever
 
 
-class SlurmError(RuntimeError):
-    """A Slurm command failed or is missing; the message names the command and what it said."""
+class SlurmError(UserError):
+    """A Slurm command failed or is missing; the message names the command, what it said and what to do."""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import submitit
+from submitit.core.utils import FailedJobError, FailedSubmissionError
 from submitit.helpers import Checkpointable, DelayedSubmission
 from submitit.slurm.slurm import _make_sbatch_string
 
@@ -25,7 +26,7 @@ from orchestrator import jobs, slurm_query
 from orchestrator.ledger import Ledger, add_attempt, attempts
 from orchestrator.plan import JobGroup, Plan
 from orchestrator.schema import SlurmProfile, SlurmResources
-from orchestrator.slurm_query import JobRow
+from orchestrator.slurm_query import JobRow, SlurmError
 from orchestrator.sweep import REPO, Sweep
 
 PACKAGES = ("orchestrator", "trainer", "eval")  # what a job imports; copied into every snapshot
@@ -194,8 +195,13 @@ class SlurmBackend:
         ex.update_parameters(**params, job_name=name, signal_delay_s=self.options.signal_delay_s,
                              array_parallelism=parallelism, setup=setup_lines(code), dependency=dependency,
                              additional_parameters=extra)
-        with ex.batch():
-            submitted = [ex.submit(CALLABLES[kind](entry), run_dir) for run_dir in run_dirs]
+        try:
+            with ex.batch():
+                submitted = [ex.submit(CALLABLES[kind](entry), run_dir) for run_dir in run_dirs]
+        except (FailedJobError, FailedSubmissionError, OSError) as err:
+            raise SlurmError(f"sbatch of {name} failed: {str(err).strip()[:500]}; the submission is recorded as an "
+                             f"intent: fix the cause and run the same command again (it will not duplicate jobs)") \
+                from None
         return [Submitted(j.job_id, str(j.paths.stdout), str(j.paths.stderr)) for j in submitted]
 
     def rows(self, job_ids: list[str]) -> dict[str, list[JobRow]]:

@@ -354,7 +354,11 @@ class Watcher:
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else float("inf"))
         stop = stop or (lambda: False)
         while True:
-            records = self.poll()
+            try:
+                records = self.poll()
+            except SlurmError as err:  # slurmctld busy or restarting: say so, try again at the next poll
+                self.log(f"poll failed, retrying in {poll_s:.0f} s: {err}")
+                records = self.ledger.records()
             if keep_alive:
                 keep_alive()
             if on_poll:

@@ -53,8 +53,8 @@ def make(tmp_path):
         return sweep, done.sweep_dir.absolute()
 
     yield _make
-    queue = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True).stdout.split("\n")
-    ids = [line.split()[0] for line in queue if line.strip() and line.split()[1].startswith(tuple(names))]
+    queue = subprocess.run(["squeue", "-h", "-o", "%F %j"], capture_output=True, text=True).stdout.split("\n")
+    ids = sorted({line.split()[0] for line in queue if line.strip() and line.split()[1].startswith(tuple(names))})
     if ids:
         subprocess.run(["scancel", *ids], capture_output=True)
 

@@ -35,8 +35,8 @@ def sweep_args(tmp_path):
     name = f"c{uuid.uuid4().hex[:8]}"
     args = [str(REPO / "sweeps" / "smoke.yaml"), f"sweep.name={name}", f"sweep.output_root={tmp_path}", *SMALL]
     yield name, args, tmp_path / name
-    queue = subprocess.run(["squeue", "-h", "-o", "%i %j"], capture_output=True, text=True).stdout.splitlines()
-    ids = [line.split()[0] for line in queue if line.split() and line.split()[1].startswith(name)]
+    queue = subprocess.run(["squeue", "-h", "-o", "%F %j"], capture_output=True, text=True).stdout.splitlines()
+    ids = sorted({line.split()[0] for line in queue if line.split() and line.split()[1].startswith(name)})
     if ids:
         subprocess.run(["scancel", *ids], capture_output=True)
 
