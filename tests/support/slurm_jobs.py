@@ -1,4 +1,4 @@
-"""Job functions the Slurm integration tests submit through submitit (importable on the node by module path)."""
+"""Job callables the Slurm integration tests submit through submitit (importable on the node by module path)."""
 
 from __future__ import annotations
 
@@ -6,17 +6,24 @@ import os
 import time
 from pathlib import Path
 
+import submitit
 
-def train_from_yaml(config_path: str, run_dir: str) -> dict:
-    """One rank of a training run from a run config YAML; blocks after asking for a requeue, so that Slurm,
-    not this attempt, ends the job."""
-    from orchestrator.commands.train import load_run_config
-    from orchestrator.identity import run_key
-    from trainer.train import RunContext, train
 
-    cfg = load_run_config(Path(config_path), [])
-    result = train(cfg, RunContext(run_dir=Path(run_dir), run_key=run_key(cfg), micro_groups=1))
-    if result.get("preempted"):
-        time.sleep(600)
-    return {"rank": int(os.environ.get("SLURM_PROCID", "0")), "world": int(os.environ.get("SLURM_NTASKS", "1")),
-            "steps": len(result["metrics"]) and cfg.optim.steps}
+class TrainFromYaml(submitit.helpers.Checkpointable):
+    """One rank of a training run from a run config YAML.
+
+    Checkpointable, so that a warning signal arriving before the trainer has installed its own handler (during
+    imports) still requeues the job; once training runs, the trainer's handler checkpoints at the next step and
+    requeues. After asking for a requeue it blocks, so that Slurm, not this attempt, ends the job.
+    """
+
+    def __call__(self, config_path: str, run_dir: str) -> dict:
+        from orchestrator.commands.train import load_run_config
+        from orchestrator.identity import run_key
+        from trainer.train import RunContext, train
+
+        cfg = load_run_config(Path(config_path), [])
+        result = train(cfg, RunContext(run_dir=Path(run_dir), run_key=run_key(cfg), micro_groups=1))
+        if result.get("preempted"):
+            time.sleep(600)
+        return {"rank": int(os.environ.get("SLURM_PROCID", "0")), "world": int(os.environ.get("SLURM_NTASKS", "1"))}
