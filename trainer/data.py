@@ -7,6 +7,7 @@ same batch and takes its own share.
 
 from __future__ import annotations
 
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,14 +27,27 @@ class DataError(ValueError):
     """Missing or malformed data; the message says how to prepare it."""
 
 
+# File names that `orchestrate data prepare` writes (eval/data.py), used when a path is not given.
+DEFAULT_FILES = {("math", "train"): "math_train.jsonl", ("math", "test"): "math_test.jsonl",
+                 ("math", "math500"): "math500.jsonl", ("countdown", "train"): "countdown_train.jsonl",
+                 ("countdown", "test"): "countdown_heldout.jsonl"}
+
+
+def data_dir() -> Path:
+    """$COMEDY_DATA, else <repo>/data: where `orchestrate data prepare` writes."""
+    return Path(os.environ.get("COMEDY_DATA") or Path(__file__).resolve().parents[1] / "data")
+
+
 def load_examples(cfg: DataConfig, split: str, seed: int = 0) -> list[dict]:
     """The examples of `split` ('train' or the validation split) as dicts with at least 'problem' and 'answer'."""
     path = cfg.train_path if split == "train" else cfg.val_path
     if cfg.dataset == "tiny" and path is None:
         return tasks.make_split(split if split in tasks.SPLITS else "test", seed=0)
+    if path is None and (cfg.dataset, split) in DEFAULT_FILES:
+        path = str(data_dir() / DEFAULT_FILES[(cfg.dataset, split)])
     if path is None:
         raise DataError(f"data.{'train_path' if split == 'train' else 'val_path'} is not set for dataset "
-                        f"{cfg.dataset!r}; run `orchestrate data prepare` and point it at the jsonl file")
+                        f"{cfg.dataset!r} split {split!r}; run `orchestrate data prepare` and point it at the file")
     file = Path(path)
     if not file.exists():
         raise DataError(f"{file} does not exist; run `orchestrate data prepare` (or fix data paths in the sweep)")

@@ -26,11 +26,13 @@ VAL_PASS_AT_1 = "val/pass_at_1"
 VAL_SPLIT_PASS_AT_1 = "val/<split>/pass_at_1"
 ASYNC_LAG = "async/lag"
 EVAL_MEAN_AT_32 = "eval/<task>/mean_at_32"
+EVAL_MEAN_AT_K = "eval/<task>/mean_at_<k>"
+TRAIN_ADVANTAGE_MEAN = "train/advantage_mean"
 EVAL_PASS_AT_K = "eval/<task>/pass_at_<k>"
 EVAL_MAJ_AT_K = "eval/<task>/maj_at_<k>"
 
-_KL = ("mean over the batch's response tokens of the {} estimate of the reverse KL[pi_theta, pi_ref] on the "
-       "policy's own samples; all three are logged whichever estimator is optimised")
+_KL = ("sequence-level {} estimate of the reverse KL[pi_theta, pi_ref]: summed over a response's tokens, averaged "
+       "over the batch's responses (the policy's own samples); all three are logged whichever estimator is optimised")
 
 METRICS: dict[str, str] = {
     TRAIN_REWARD_MEAN: "mean task reward of the batch's responses, before any KL shaping",
@@ -57,6 +59,8 @@ METRICS: dict[str, str] = {
     VAL_SPLIT_PASS_AT_1: "Pass@1 on one named validation split, e.g. val/math500/pass_at_1",
     ASYNC_LAG: "how many policy versions behind the learner the step's rollouts were generated (0 on-policy)",
     EVAL_MEAN_AT_32: "final evaluation: mean accuracy over 32 samples per problem (the paper's mean@32)",
+    EVAL_MEAN_AT_K: "final evaluation with k samples per problem (e.g. the smoke sweep's k=4): mean accuracy",
+    TRAIN_ADVANTAGE_MEAN: "mean advantage over the batch's response tokens (0 for RLOO up to the KL in the reward)",
     EVAL_PASS_AT_K: "final evaluation: fraction of problems with a correct answer among k samples",
     EVAL_MAJ_AT_K: "final evaluation: accuracy of the majority-vote answer over k samples",
 }
