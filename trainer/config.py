@@ -176,7 +176,7 @@ DATASETS = ("math", "countdown", "tiny")
 ENGINES = ("hf", "vllm")
 # The five final-evaluation tasks of 4.1, the held-out Countdown set of 4.2, and the tiny model's splits.
 EVAL_TASKS = ("math500", "math_squared", "mmlu_college_physics", "mmlu_college_chemistry",
-              "mmlu_college_biology", "countdown", "tiny", "tiny_ood")
+              "mmlu_college_biology", "countdown", "tiny", "tiny_ood", "math_test")
 PAPER_EVAL_TASKS = EVAL_TASKS[:5]
 
 
