@@ -20,6 +20,10 @@ _MAX_VERIFY_CHARS = 300
 
 _BOX_START = re.compile(r"\\(boxed|fbox)(?![A-Za-z])")
 _TEXT_WRAPPERS = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
+# A unit after a number at the end of the answer, inside or after a text wrapper: "5\text{ cm}", "\text{5 cm}".
+_UNIT = r"[A-Za-z][A-Za-z\s/^\d.]*"
+_UNIT_AFTER = re.compile(r"(\d)\s*\\(?:text|textrm|mathrm|mbox)\s*\{\s*" + _UNIT + r"\}\s*$")
+_UNIT_INSIDE = re.compile(r"\\(?:text|textrm|mathrm|mbox)\s*\{\s*(-?\d[\d,]*(?:\.\d+)?)\s+" + _UNIT + r"\}\s*$")
 _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?")
 # A whitelist before sympy's parse_expr (it evals Python); "**" is out because 9**9**9**9 never returns.
 _COUNTDOWN_EXPR = re.compile(r"[0-9+\-*/() ]{1,200}")
@@ -58,6 +62,7 @@ def normalise(answer: str) -> str:
     s = answer.strip().replace("−", "-").replace("$", "").replace("{,}", ",")
     s = re.sub(r"\\(left|right)(?![A-Za-z])", "", s)
     s = re.sub(r"\\[dt]frac(?![A-Za-z])", r"\\frac", s)
+    s = _UNIT_INSIDE.sub(r"\1", _UNIT_AFTER.sub(r"\1", s))
     for _ in range(3):  # unwrap \text{\textbf{..}} from the inside out
         s = _TEXT_WRAPPERS.sub(r"\1", s)
     s = re.sub(r"\^\s*\{?\\circ\}?", "", s).replace("\\%", "").replace("%", "")

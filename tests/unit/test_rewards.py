@@ -44,6 +44,10 @@ MATH_CASES = [
     ("\\boxed{\\text{5}}", "5", 1.0),
     ("\\boxed{5\\text{ cm}}", "5", 1.0),  # units
     ("\\boxed{5 \\text{cm}}", "5", 1.0),
+    ("\\boxed{\\text{5 cm}}", "5", 1.0),  # the whole box is text
+    ("\\boxed{\\text{5 cm}}", "6", 0.0),
+    ("\\boxed{12\\text{ cm}^2}", "12", 1.0),
+    ("\\boxed{3\\text{ or }4}", "3", 0.0),  # words between numbers are not a unit
     ("\\boxed{90^\\circ}", "90", 1.0),
     ("\\boxed{10\\%}", "10", 1.0),
     ("\\boxed{7.}", "7", 1.0),  # trailing period
@@ -91,6 +95,7 @@ def test_normalise_never_merges_different_numbers():
     assert normalise("1,2") != normalise("12")
     assert normalise("-5") != normalise("5")
     assert normalise("0.5") != normalise("5")
+    assert normalise("\\text{5 cm}") == normalise("5\\text{ cm}") == normalise("5") == "5"  # maj@k votes agree
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,265 @@
+"""A tiny Qwen2 causal LM the project builds itself: the CPU stand-in for Qwen2.5-7B (STYLE.md rule 9).
+
+`ensure_tiny_model(config) -> Path` returns a directory that `AutoModelForCausalLM.from_pretrained` and
+`AutoTokenizer.from_pretrained` load exactly like a hub checkpoint: `config.json` + weights, a byte-level
+`tokenizer.json` without merges (one token per ASCII character) with a chat template `<|user|>...<|end|><|assistant|>`,
+and a `generation_config.json` that changes nothing at sampling time.
+
+The weights are warm-started by a short, seeded supervised phase on the synthetic task (`trainer/tasks.py`):
+chat-templated prompt -> `\\boxed{answer}<|end|>`. It is deliberately under-trained, so sampled accuracy at
+temperature 1.0 is well above zero yet far from perfect and RL has room to improve it (numbers in build.json).
+
+The result is cached under `<root>/<hash of the build config>/`, root = `$COMEDY_CACHE/tiny-model` or
+`<repo>/.cache/tiny-model`, built in a temporary sibling directory and renamed into place, so a reader sees a
+whole model or none. Builds are deterministic on one machine (seeded, fixed thread count); another CPU's kernels
+may round differently, which is why build.json records the measured accuracies rather than promising them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import torch
+
+from trainer import tasks
+from trainer.rewards import tiny_reward
+
+BUILD_VERSION = 2  # bump when the recipe below changes what a given config builds
+SPECIAL_TOKENS = ("<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>")
+PAD, EOS = SPECIAL_TOKENS[:2]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+# Nothing filters the distribution: the paper samples at temperature 1.0, top_p 1.0, and the hf backend
+# would otherwise apply its own top_k=50 default.
+GENERATION_DEFAULTS = {"do_sample": True, "temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_new_tokens": 32}
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    """Architecture, warm-start recipe and build-time evaluation of the tiny model; all of it is hashed."""
+
+    hidden_size: int = 96
+    num_layers: int = 3
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 288
+    max_positions: int = 128
+    sft_steps: int = 550
+    batch_size: int = 128
+    lr: float = 3e-3
+    warmup_steps: int = 30
+    seed: int = 0
+    # One thread: on a shared 2-core machine two OpenMP threads spin-wait on each other and a step gets 10x
+    # slower than on one (measured); alone, two threads would save under half the time.
+    threads: int = 1
+    # Appended to every problem in the user message: set it to the trainer's prompt suffix so the warm start
+    # sees the prompts RL will use.
+    prompt_suffix: str = ""
+    eval_size: int = 200  # examples per split scored at build time into build.json; 0 skips
+
+    def __post_init__(self) -> None:
+        problems = [f"{k}={v!r} must be > 0" for k, v in asdict(self).items()
+                    if isinstance(v, (int, float)) and k not in ("seed", "eval_size", "warmup_steps") and v <= 0]
+        problems += [f"{k}={v!r} must be >= 0" for k, v in (("eval_size", self.eval_size),
+                                                              ("warmup_steps", self.warmup_steps)) if v < 0]
+        if self.hidden_size % max(self.num_heads, 1) or self.num_heads % max(self.num_kv_heads, 1):
+            problems.append(f"hidden_size={self.hidden_size}, num_heads={self.num_heads}, num_kv_heads="
+                            f"{self.num_kv_heads}: heads must divide hidden_size and kv heads must divide heads")
+        if problems:
+            raise ValueError("TinyModelConfig: " + "; ".join(problems))
+
+    def key(self) -> str:
+        """The cache key: a hash of everything that determines the built files."""
+        blob = json.dumps([BUILD_VERSION, tasks.TASK_VERSION, asdict(self)], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def fast_config(**overrides) -> TinyModelConfig:
+    """A smaller, quicker build for unit tests: same recipe, fewer steps, no build-time evaluation."""
+    base = dict(hidden_size=64, num_layers=2, intermediate_size=192, sft_steps=60, eval_size=0)
+    return replace(TinyModelConfig(), **{**base, **overrides})
+
+
+def cache_root() -> Path:
+    env = os.environ.get("COMEDY_CACHE")
+    return Path(env) / "tiny-model" if env else Path(__file__).resolve().parents[1] / ".cache" / "tiny-model"
+
+
+def ensure_tiny_model(config: TinyModelConfig | None = None, root: str | Path | None = None) -> Path:
+    """The directory of the tiny model for `config`, built (about 1.5 minutes on one CPU core) only when missing.
+
+    Concurrent callers may each build; the first rename wins and the others discard their copy.
+    """
+    config = config or TinyModelConfig()
+    root = Path(root) if root is not None else cache_root()
+    final = root / config.key()
+    if (final / "build.json").is_file():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{config.key()}.", dir=root))
+    try:
+        build_tiny_model(config, tmp)
+        os.rename(tmp, final)
+    except OSError:
+        if not (final / "build.json").is_file():
+            raise
+        print(f"[tiny-model] {final} appeared while building; using it", flush=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _byte_symbols() -> list[str]:
+    """GPT-2's byte -> printable-character map (what ByteLevel pre-tokenisation emits), in byte order."""
+    keep = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)}
+    shifted = iter(range(256, 512))
+    return [chr(b) if b in keep else chr(next(shifted)) for b in range(256)]
+
+
+def build_tokenizer():
+    """A byte-level tokenizer with no merges: one token per byte (so per ASCII character), never an unknown.
+
+    It is built as a `Qwen2Tokenizer` (byte-level BPE) on purpose: `AutoTokenizer` rebuilds the tokenizer of any
+    qwen2 checkpoint as a Qwen2Tokenizer from the saved vocab and merges, discarding a custom pipeline, so only
+    this form loads back exactly as it was trained (a character-level WordLevel tokenizer lost every space).
+    """
+    from transformers import Qwen2Tokenizer
+
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + tuple(_byte_symbols()))}
+    tokenizer = Qwen2Tokenizer(vocab=vocab, merges=[], unk_token=None, eos_token=EOS, pad_token=PAD,
+                               chat_template=CHAT_TEMPLATE, padding_side="left")
+    tokenizer.add_special_tokens({"additional_special_tokens": list(SPECIAL_TOKENS[2:])})
+    return tokenizer
+
+
+def build_model(config: TinyModelConfig, tokenizer):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    model_config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads, num_key_value_heads=config.num_kv_heads,
+        intermediate_size=config.intermediate_size, max_position_embeddings=config.max_positions,
+        tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None, use_sliding_window=False, rope_theta=10000.0,
+    )
+    torch.manual_seed(config.seed)
+    return Qwen2ForCausalLM(model_config)
+
+
+def chat_prompt(tokenizer, problem: str, prompt_suffix: str = "") -> str:
+    """The prompt text for one problem, exactly as the warm start saw it."""
+    messages = [{"role": "user", "content": problem + prompt_suffix}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def _sft_batches(config: TinyModelConfig, tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded `input_ids` [N, T] and `labels` [N, T] (-100 on prompt and padding) for the train split."""
+    rows, label_rows = [], []
+    for ex in tasks.make_split("train", seed=config.seed):
+        prompt = tokenizer(chat_prompt(tokenizer, ex["problem"], config.prompt_suffix))["input_ids"]
+        answer = tokenizer(f"\\boxed{{{ex['answer']}}}{EOS}")["input_ids"]
+        rows.append(prompt + answer)
+        label_rows.append([-100] * len(prompt) + answer)
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+    labels = torch.full((len(rows), width), -100)
+    for i, (r, lab) in enumerate(zip(rows, label_rows, strict=True)):
+        ids[i, : len(r)] = torch.tensor(r)
+        labels[i, : len(lab)] = torch.tensor(lab)
+    return ids, labels
+
+
+def warm_start(model, tokenizer, config: TinyModelConfig, log_every_s: float = 5.0) -> list[float]:
+    """Seeded supervised fine-tuning on `train` (loss on the answer tokens only); returns the loss curve."""
+    ids, labels = _sft_batches(config, tokenizer)
+    gen = torch.Generator().manual_seed(config.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0, betas=(0.9, 0.98))
+
+    def lr_at(step: int) -> float:  # linear warmup, then linear decay to 10%
+        if step < config.warmup_steps:
+            return (step + 1) / config.warmup_steps
+        return 1.0 - 0.9 * (step - config.warmup_steps) / max(1, config.sft_steps - config.warmup_steps)
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    model.train()
+    losses, last_log, start = [], time.monotonic(), time.monotonic()
+    for step in range(config.sft_steps):
+        idx = torch.randint(0, len(ids), (config.batch_size,), generator=gen)
+        width = int((ids[idx] != tokenizer.pad_token_id).sum(1).max())  # drop all-padding columns
+        batch_ids, batch_labels = ids[idx, :width], labels[idx, :width]
+        mask = (batch_ids != tokenizer.pad_token_id).long()
+        loss = model(input_ids=batch_ids, attention_mask=mask, labels=batch_labels).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        if time.monotonic() - last_log > log_every_s or step == config.sft_steps - 1:
+            last_log = time.monotonic()
+            print(f"[tiny-model] sft step {step + 1}/{config.sft_steps} loss {loss.item():.4f} "
+                  f"({last_log - start:.0f}s)", flush=True)
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def accuracy(model, tokenizer, examples: list[dict], greedy: bool, seed: int = 0,
+             prompt_suffix: str = "", batch_size: int = 100) -> float:
+    """Fraction of `examples` whose completion earns `tiny_reward` 1.0; sampled at temperature 1.0 unless greedy."""
+    torch.manual_seed(seed)
+    correct = 0
+    for i in range(0, len(examples), batch_size):
+        chunk = examples[i : i + batch_size]
+        prompts = [chat_prompt(tokenizer, ex["problem"], prompt_suffix) for ex in chunk]
+        enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+        out = model.generate(**enc, do_sample=not greedy, max_new_tokens=16,
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        correct += sum(tiny_reward(t, ex["answer"]) for t, ex in zip(texts, chunk, strict=True))
+    return correct / max(1, len(examples))
+
+
+def build_tiny_model(config: TinyModelConfig, out_dir: str | Path) -> dict:
+    """Build tokenizer, model and warm start into `out_dir` (no caching); returns what build.json records."""
+    from transformers import GenerationConfig
+
+    out_dir, start = Path(out_dir), time.monotonic()
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(config.threads)  # fixed, because the reduction order (hence the weights) depends on it
+    try:
+        print(f"[tiny-model] building {config.key()} into {out_dir}", flush=True)
+        tokenizer = build_tokenizer()
+        model = build_model(config, tokenizer)
+        losses = warm_start(model, tokenizer, config)
+        model.generation_config = GenerationConfig(
+            **GENERATION_DEFAULTS, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        model.save_pretrained(out_dir)
+        tokenizer.save_pretrained(out_dir)
+        record = {"config": asdict(config), "key": config.key(), "build_version": BUILD_VERSION,
+                  "parameters": sum(p.numel() for p in model.parameters()),
+                  "sft_seconds": round(time.monotonic() - start, 1), "first_loss": losses[0],
+                  "final_loss": losses[-1], "accuracy": {}}
+        for split in ("test", "ood") if config.eval_size else ():
+            examples = tasks.make_split(split, config.eval_size, seed=config.seed)
+            for mode in ("greedy", "sampled"):
+                acc = accuracy(model, tokenizer, examples, mode == "greedy", config.seed, config.prompt_suffix)
+                record["accuracy"][f"{split}/{mode}"] = acc
+                print(f"[tiny-model] {split} {mode} accuracy {acc:.3f}", flush=True)
+        record["build_seconds"] = round(time.monotonic() - start, 1)
+        # Written last: its presence marks a complete build (ensure_tiny_model checks for it).
+        (out_dir / "build.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        print(f"[tiny-model] done in {record['build_seconds']}s", flush=True)
+        return record
+    finally:
+        torch.set_num_threads(threads_before)
