@@ -43,8 +43,6 @@ def test_the_voted_math_answer_is_the_normalised_last_box():
     assert grade("math", "no box", {"answer": "1000"}) == (0.0, None)
 
 
-@pytest.mark.xfail(strict=True, reason="trainer/rewards.py keeps the unit of \\boxed{\\text{5 cm}}: the whole "
-                   "box is text, so no number is left to compare (reported to the rewards owner)")
 def test_a_unit_inside_the_text_wrapper_is_dropped():
     assert grade("math", "\\boxed{\\text{5 cm}}", {"answer": "5"})[0] == 1.0
 
