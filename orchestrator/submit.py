@@ -9,12 +9,13 @@ for a single job). Jobs run the code snapshot taken at submission (`snapshot_cod
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shlex
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import submitit
@@ -25,6 +26,7 @@ from submitit.slurm.slurm import _make_sbatch_string
 from orchestrator import jobs, slurm_query
 from orchestrator.ledger import Ledger, add_attempt, attempts
 from orchestrator.plan import JobGroup, Plan
+from orchestrator.rundirs import atomic_write
 from orchestrator.schema import SlurmProfile, SlurmResources
 from orchestrator.slurm_query import JobRow, SlurmError
 from orchestrator.sweep import REPO, Sweep
@@ -118,6 +120,20 @@ class Options:
         if self.executor == "auto":
             return "slurm" if slurm_query.available() else "local"
         return self.executor
+
+
+def save_options(sweep_dir: Path, options: Options) -> None:
+    """How this sweep's jobs go out; the watcher resubmits with the same (submission.json)."""
+    atomic_write(Path(sweep_dir) / "submission.json", json.dumps(asdict(options), indent=1) + "\n")
+
+
+def load_options(sweep_dir: Path, **changes) -> Options:
+    try:
+        saved = json.loads((Path(sweep_dir) / "submission.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        saved = {}
+    known = {k: v for k, v in saved.items() if k in Options.__dataclass_fields__}
+    return replace(Options(**known), **changes)
 
 
 def resources_params(profile: SlurmProfile, res: SlurmResources) -> dict:

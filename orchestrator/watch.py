@@ -21,7 +21,7 @@ import json
 import os
 import signal
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from orchestrator.errors import UserError
@@ -42,7 +42,16 @@ from orchestrator.ledger import (
 from orchestrator.plan import make_plan
 from orchestrator.rundirs import atomic_write
 from orchestrator.slurm_query import SlurmError
-from orchestrator.submit import Options, SlurmBackend, resources_params, snapshot_code, submit_jobs, submit_watcher
+from orchestrator.submit import (
+    Options,
+    SlurmBackend,
+    load_options,
+    resources_params,
+    save_options,
+    snapshot_code,
+    submit_jobs,
+    submit_watcher,
+)
 from orchestrator.sweep import Sweep
 from trainer.collapse import read_verdict
 
@@ -251,20 +260,6 @@ def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_faile
             ledger.save_all(records[k] for k in (*todo.train, *todo.eval))  # the local follower starts them
         return LaunchReport(sweep_dir, backend.kind, code, len(todo.train), len(todo.eval), sbatch, todo.kept,
                             resolved)
-
-
-def save_options(sweep_dir: Path, options: Options) -> None:
-    """How this sweep's jobs go out; the watcher resubmits with the same (submission.json)."""
-    atomic_write(Path(sweep_dir) / "submission.json", json.dumps(asdict(options), indent=1) + "\n")
-
-
-def load_options(sweep_dir: Path, **changes) -> Options:
-    try:
-        saved = json.loads((Path(sweep_dir) / "submission.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        saved = {}
-    known = {k: v for k, v in saved.items() if k in Options.__dataclass_fields__}
-    return replace(Options(**known), **changes)
 
 
 def _axes(axes: tuple) -> dict:

@@ -13,8 +13,8 @@ from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
 from orchestrator.commands.validate import console
 from orchestrator.ledger import Ledger, cell_status
 from orchestrator.slurm_query import available
-from orchestrator.submit import make_backend
-from orchestrator.watch import Watcher, load_options, settled, submit_as_job
+from orchestrator.submit import load_options, make_backend
+from orchestrator.watch import Watcher, settled, submit_as_job
 
 EXAMPLES = """examples:
   orchestrate watch runs/onpolicy
