@@ -85,8 +85,20 @@ def init(cache_dir: Path) -> DistInfo:
 
 
 def teardown() -> None:
+    """Destroy the process group, and forget DeepSpeed's cached groups of it, so that a later `init` in the
+    same process (a test, a notebook) starts clean instead of broadcasting over a destroyed group."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+    import sys
+
+    groups = sys.modules.get("deepspeed.utils.groups")
+    if groups is not None:
+        for name in ("_WORLD_GROUP", "_ZERO_PARAM_INTRA_PARALLEL_GROUP", "_TENSOR_MODEL_PARALLEL_GROUP",
+                     "_MODEL_PARALLEL_GROUP", "_DATA_PARALLEL_GROUP"):
+            setattr(groups, name, None)
+        for name in ("_EXPERT_PARALLEL_GROUP", "_EXPERT_PARALLEL_GROUP_RANKS", "_EXPERT_DATA_PARALLEL_GROUP",
+                     "_EXPERT_DATA_PARALLEL_GROUP_RANKS", "_ALL_TO_ALL_GROUP"):
+            getattr(groups, name).clear()
 
 
 def deepspeed_config(*, bf16: bool, grad_clip: float | None, micro_batches: int) -> dict:

@@ -50,9 +50,11 @@ def test_kl_in_reward_keeps_the_policy_closer_to_the_reference(tmp_path):
 
 
 def test_off_policy_minibatches_use_importance_ratios_and_clip(tmp_path):
-    _, _, _, key = run(tmp_path, "offpol", CONFIGS["k3-loss-rho"],
-                       optim={"batch_prompts": 4, "minibatch_prompts": 2, "steps": 2, "lr": 2.0e-2},
-                       algorithm={"group_size": 4, "clip_eps": 0.05})
+    # KL in the reward too, so that advantages are non-zero as soon as the policy has moved.
+    kl = {"estimator": "k3", "placement": "reward+loss", "beta": 0.5, "loss_form": "rho"}
+    _, _, _, key = run(tmp_path, "offpol", kl,
+                       optim={"batch_prompts": 4, "minibatch_prompts": 2, "steps": 3, "lr": 5.0e-3},
+                       algorithm={"group_size": 4, "clip_eps": 0.01})
     hist = history(tmp_path, key)
     # The second minibatch of each batch is trained after an update: its ratio is no longer 1.
     assert max(v for _, v in hist["train/ratio_max"]) > 1.0 or min(v for _, v in hist["train/ratio_min"]) < 1.0

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+
+import yaml
 from pathlib import Path
 
 BASE = {
@@ -40,6 +42,8 @@ def run(tmp_path: Path, name: str, kl: dict, **sections):
     cfg = RunConfig.from_dict(config_dict(tmp_path, kl, **sections))
     key = run_key(cfg)
     run_dir = tmp_path / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))  # as orchestrator/rundirs.py writes it
     result = train(cfg, RunContext(run_dir=run_dir, run_key=key, micro_groups=2))
     return result, run_dir, cfg, key
 
