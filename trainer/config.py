@@ -7,13 +7,22 @@ Hydra/OmegaConf stays at the entry point; below it, these plain dataclasses.
 
 from __future__ import annotations
 
-import difflib
-import functools
-import inspect
-import math
-import typing
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field
+
+from .checks import (  # noqa: F401  (ConfigError and raise_if are imported from here by the rest of the project)
+    ConfigError,
+    _bool,
+    _choice,
+    _int,
+    _join,
+    _non_negative,
+    _num,
+    _str,
+    _unknown_keys,
+    raise_if,
+)
+from .config_build import _items, _jsonable, _plain, _schema, build  # noqa: F401  (build: orchestrator/schema.py)
 
 ESTIMATORS = ("k1", "k2", "k3")
 PLACEMENTS = ("none", "reward", "loss", "reward+loss")
@@ -26,34 +35,6 @@ CREDITS = ("sequence", "reward_to_go")
 ADVANTAGE_ESTIMATORS = ("rloo", "grpo", "dr_grpo", "none")
 # token_mean: divide by the total number of response tokens in the batch (the paper's choice).
 AGGREGATIONS = ("token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm")
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run. `problems` holds one line per problem, each with its fix."""
-
-    def __init__(self, problems: list[str], where: str = ""):
-        self.problems = list(problems)
-        head = f"{len(self.problems)} problem(s) in {where or 'config'}:"
-        super().__init__("\n".join([head, *(f"  - {p}" for p in self.problems)]))
-
-
-def _choice(problems: list[str], path: str, value, valid: tuple) -> None:
-    if value not in valid:
-        problems.append(f"{path}: unknown value {value!r}; valid: {', '.join(map(str, valid))}")
-
-
-def _non_negative(problems: list[str], path: str, value) -> None:
-    if value is None:
-        return
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
-        problems.append(f"{path}: {value!r} is not a number; give a float >= 0")
-    elif value < 0:
-        problems.append(f"{path}: {value!r} is negative; the KL coefficient must be >= 0")
-
-
-def raise_if(problems: list[str], where: str) -> None:
-    if problems:
-        raise ConfigError(problems, where)
 
 
 @dataclass(frozen=True)
@@ -178,40 +159,6 @@ ENGINES = ("hf", "vllm")
 EVAL_TASKS = ("math500", "math_squared", "mmlu_college_physics", "mmlu_college_chemistry",
               "mmlu_college_biology", "countdown", "tiny", "tiny_ood", "math_test")
 PAPER_EVAL_TASKS = EVAL_TASKS[:5]
-
-
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_num(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
-
-
-def _int(p: list[str], path: str, value, low: int = 0, optional: bool = False) -> None:
-    if value is None and optional:
-        return
-    if not _is_int(value) or value < low:
-        p.append(f"{path}: {value!r}; give an integer >= {low}" + (", or null" if optional else ""))
-
-
-def _num(p: list[str], path: str, value, low: float, high: float, low_open: bool = False) -> None:
-    ok = _is_num(value) and (value > low if low_open else value >= low) and value <= high
-    if not ok:
-        bounds = f"{'(' if low_open else '['}{low}, {high}]"
-        p.append(f"{path}: {value!r}; give a number in {bounds}")
-
-
-def _bool(p: list[str], path: str, value) -> None:
-    if not isinstance(value, bool):
-        p.append(f"{path}: {value!r} is not a boolean; give true or false")
-
-
-def _str(p: list[str], path: str, value, optional: bool = False, empty: bool = False) -> None:
-    if value is None and optional:
-        return
-    if not isinstance(value, str) or (not empty and not value.strip()):
-        p.append(f"{path}: {value!r}; give a non-empty string" + (", or null" if optional else ""))
 
 
 @dataclass(frozen=True)
@@ -407,109 +354,6 @@ class TrackingConfig:
         return p
 
 
-def _join(path: str, key) -> str:
-    return f"{path}.{key}" if path else str(key)
-
-
-def _unknown_keys(problems: list[str], path: str, data: Mapping, valid: list[str]) -> None:
-    for key in data:
-        if key not in valid:
-            close = difflib.get_close_matches(str(key), valid, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            problems.append(f"{_join(path, key)}: unknown key{hint}; valid: {', '.join(valid)}")
-
-
-_SCHEMA: dict[type, tuple[list[str], list[str], dict, str]] = {}
-
-
-def _schema(cls) -> tuple[list[str], list[str], dict, str]:
-    """(field names, required names, each field's conversion, the default `path` of its `problems`) of a
-    component dataclass, computed once: expansion builds thousands of configs."""
-    if cls not in _SCHEMA:
-        names = [f.name for f in fields(cls)]
-        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
-        default = inspect.signature(cls.problems).parameters["path"].default
-        _SCHEMA[cls] = (names, required, {k: _conversion(h) for k, h in typing.get_type_hints(cls).items()},
-                        default)
-    return _SCHEMA[cls]
-
-
-def _conversion(hint) -> str:
-    if hint is float or float in typing.get_args(hint):
-        return "float"
-    return "tuple" if hint is tuple or typing.get_origin(hint) is tuple else ""
-
-
-def _coerce(conversion: str, value):
-    """The only conversions a YAML value needs: 1 -> 1.0 where a float is expected (one spelling per value
-    keeps run_keys unique), a list -> a tuple where a tuple is expected; the rest is checked as it is."""
-    if conversion == "float" and _is_int(value):
-        return float(value)
-    if conversion == "tuple" and isinstance(value, list):
-        return tuple(value)
-    return value
-
-
-def build(cls, data, path: str, problems: list[str]):
-    """`cls(**data)` for a component dataclass, or None after appending every problem (paths under `path`)."""
-    names, required, hints, default = _schema(cls)
-    if data is None:
-        data = {}
-    if not isinstance(data, Mapping):
-        problems.append(f"{path}: {data!r} is not a mapping; give a mapping with keys: {', '.join(names)}")
-        return None
-    memo = _memo_key(cls, path, data)
-    if memo is not None and memo in _BUILT:
-        return _BUILT[memo]
-    before = len(problems)
-    _unknown_keys(problems, path, data, names)
-    problems.extend(f"{_join(path, name)}: missing; this key is required"
-                    for name in required if name not in data)
-    if len(problems) > before:
-        return None
-    try:
-        built = cls(**{k: _coerce(hints[k], v) for k, v in data.items()})
-    except ConfigError as err:
-        for p in err.problems:  # "<default path>.key: ..." -> "<path>.key: ..."
-            rest = p[len(default):] if p.startswith(default) else f": {p}"
-            problems.append(path + rest if path else rest.lstrip(".: "))
-    except (TypeError, ValueError, AttributeError) as err:  # a check that choked on a junk value
-        problems.append(f"{path}: {err}")
-    else:
-        if memo is not None:
-            if len(_BUILT) > 4096:
-                _BUILT.clear()
-            _BUILT[memo] = built
-        return built
-    return None
-
-
-# Frozen components built from equal plain values are equal: a sweep's cells share most of them, so each is
-# built (and checked) once. The key holds each value's type too, because True == 1 and 1 == 1.0.
-_BUILT: dict[tuple, object] = {}
-
-
-def _memo_key(cls, path: str, data: Mapping) -> tuple | None:
-    try:
-        key = (cls, path, *((k, type(v), v) for k, v in data.items()))
-        hash(key)
-    except TypeError:  # a list or dict value: not worth freezing
-        return None
-    return key
-
-
-def _jsonable(value) -> bool:
-    if value is None or isinstance(value, (bool, int, str)):
-        return True
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, (list, tuple)):
-        return all(_jsonable(v) for v in value)
-    if isinstance(value, Mapping):
-        return all(isinstance(k, str) and _jsonable(v) for k, v in value.items())
-    return False
-
-
 @dataclass(frozen=True)
 class RunConfig:
     """Everything one training run (one sweep cell) needs, resolved: what `config.yaml` in its run dir holds.
@@ -583,22 +427,6 @@ class RunConfig:
         out["seed"] = self.seed
         out["collapse"] = _plain(self.collapse)
         return out
-
-
-@functools.lru_cache(maxsize=4096)
-def _items(part) -> tuple:
-    """A component's (field, plain value) pairs; cells share components, so each is listed once."""
-    return tuple((k, getattr(part, k)) for k in _schema(type(part))[0])  # scalars, or tuples of scalars
-
-
-def _plain(value):
-    if value is None or type(value) in (str, int, float, bool):
-        return value
-    if isinstance(value, (tuple, list)):
-        return [_plain(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
 
 
 _COMPONENTS = {"model": ModelConfig, "data": DataConfig, "rollout": RolloutConfig, "optim": OptimConfig,

@@ -1,0 +1,120 @@
+"""Building frozen config dataclasses from plain (YAML) values: unknown and missing keys reported with the valid
+ones, the two conversions YAML needs, and a memo so that a sweep's thousands of cells build each shared
+component once."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, fields
+
+from .checks import ConfigError, _is_int, _join, _unknown_keys
+
+_SCHEMA: dict[type, tuple[list[str], list[str], dict, str]] = {}
+
+
+def _schema(cls) -> tuple[list[str], list[str], dict, str]:
+    """(field names, required names, each field's conversion, the default `path` of its `problems`) of a
+    component dataclass, computed once: expansion builds thousands of configs."""
+    if cls not in _SCHEMA:
+        names = [f.name for f in fields(cls)]
+        required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+        default = inspect.signature(cls.problems).parameters["path"].default
+        _SCHEMA[cls] = (names, required, {k: _conversion(h) for k, h in typing.get_type_hints(cls).items()},
+                        default)
+    return _SCHEMA[cls]
+
+
+def _conversion(hint) -> str:
+    if hint is float or float in typing.get_args(hint):
+        return "float"
+    return "tuple" if hint is tuple or typing.get_origin(hint) is tuple else ""
+
+
+def _coerce(conversion: str, value):
+    """The only conversions a YAML value needs: 1 -> 1.0 where a float is expected (one spelling per value
+    keeps run_keys unique), a list -> a tuple where a tuple is expected; the rest is checked as it is."""
+    if conversion == "float" and _is_int(value):
+        return float(value)
+    if conversion == "tuple" and isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def build(cls, data, path: str, problems: list[str]):
+    """`cls(**data)` for a component dataclass, or None after appending every problem (paths under `path`)."""
+    names, required, hints, default = _schema(cls)
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        problems.append(f"{path}: {data!r} is not a mapping; give a mapping with keys: {', '.join(names)}")
+        return None
+    memo = _memo_key(cls, path, data)
+    if memo is not None and memo in _BUILT:
+        return _BUILT[memo]
+    before = len(problems)
+    _unknown_keys(problems, path, data, names)
+    problems.extend(f"{_join(path, name)}: missing; this key is required"
+                    for name in required if name not in data)
+    if len(problems) > before:
+        return None
+    try:
+        built = cls(**{k: _coerce(hints[k], v) for k, v in data.items()})
+    except ConfigError as err:
+        for p in err.problems:  # "<default path>.key: ..." -> "<path>.key: ..."
+            rest = p[len(default):] if p.startswith(default) else f": {p}"
+            problems.append(path + rest if path else rest.lstrip(".: "))
+    except (TypeError, ValueError, AttributeError) as err:  # a check that choked on a junk value
+        problems.append(f"{path}: {err}")
+    else:
+        if memo is not None:
+            if len(_BUILT) > 4096:
+                _BUILT.clear()
+            _BUILT[memo] = built
+        return built
+    return None
+
+
+# Frozen components built from equal plain values are equal: a sweep's cells share most of them, so each is
+# built (and checked) once. The key holds each value's type too, because True == 1 and 1 == 1.0.
+_BUILT: dict[tuple, object] = {}
+
+
+def _memo_key(cls, path: str, data: Mapping) -> tuple | None:
+    try:
+        key = (cls, path, *((k, type(v), v) for k, v in data.items()))
+        hash(key)
+    except TypeError:  # a list or dict value: not worth freezing
+        return None
+    return key
+
+
+def _jsonable(value) -> bool:
+    if value is None or isinstance(value, (bool, int, str)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return all(_jsonable(v) for v in value)
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _jsonable(v) for k, v in value.items())
+    return False
+
+
+@functools.lru_cache(maxsize=4096)
+def _items(part) -> tuple:
+    """A component's (field, plain value) pairs; cells share components, so each is listed once."""
+    return tuple((k, getattr(part, k)) for k in _schema(type(part))[0])  # scalars, or tuples of scalars
+
+
+def _plain(value):
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
