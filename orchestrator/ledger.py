@@ -15,8 +15,9 @@ A record:
      "params": {"train": {<sbatch parameters>}, "eval": {...}},
      "jobs": [{"kind": "train", "attempt": 1, "name": "smoke-train-1a2b3c4d5e", "job_id": "123_4" | null,
                "array_index": 4, "after": null | "<train job id>", "intent_at": t, "submitted_at": t | null,
-               "state": "INTENT" | "SUBMITTED" | "LOST" | <sacct state>, "exit_code": "0:0", "reason": "",
-               "start": t, "end": t, "node": "", "max_rss": bytes | null, "req_mem": "", "cancelled_by": null,
+               "state": "INTENT" | "SUBMITTED" | "LOST" | "VANISHED" | <sacct state>, "exit_code": "0:0",
+               "reason": "", "start": t, "end": t, "node": "", "max_rss": bytes | null, "req_mem": "",
+               "cancelled_by": null,
                "stdout": path, "stderr": path}, ...],
      "final": null | {"status": "completed" | "gave_up" | "cancelled" | "collapsed" | "out_of_memory",
                       "reason": "...", "at": t},
@@ -45,6 +46,7 @@ from orchestrator.slurm_query import TERMINAL, JobRow
 VERSION = 1
 KINDS = ("train", "eval")
 CLOCK_SKEW_S = 120  # the login node's clock against slurmctld's: a row submitted earlier than that is another job
+VANISH_AFTER_S = 60.0  # sacct has every job it knows within seconds; after this long, ask squeue
 LIVE = frozenset({"INTENT", "SUBMITTED", "PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
                   "SUSPENDED", "RESIZING", "COMPLETING", "CONFIGURING", "STOPPED", "SIGNALING", "STAGE_OUT"})
 # Ended, but Slurm may still requeue the job in place (same id): keep asking about these until decided.
@@ -139,6 +141,23 @@ def to_poll(record: dict) -> list[str]:
         if job["state"] in LIVE or (job["state"] in MAY_REQUEUE and not record["final"]):
             out.append(job["job_id"])
     return out
+
+
+def unanswered(record: dict, rows: dict[str, list[JobRow]], now: float, after_s: float = VANISH_AFTER_S) -> list[dict]:
+    """Live attempts sacct has no record of although they were submitted `after_s` ago. sacct lags a few seconds
+    behind sbatch; an array task cancelled while still pending never gets a record at all."""
+    return [job for kind in KINDS if (job := latest(record, kind)) and job["job_id"] and job["state"] in LIVE
+            and pick(job, rows.get(job["job_id"], [])) is None
+            and now - (job["submitted_at"] or job["intent_at"]) > after_s]
+
+
+def vanish(job: dict, queued: list[JobRow]) -> None:
+    """What squeue says about an attempt sacct does not know; VANISHED when squeue does not know it either."""
+    row = pick(job, queued)
+    if row is not None:
+        apply_row(job, row)
+    else:
+        job.update(state="VANISHED", reason="no record in sacct or squeue (cancelled while pending?)")
 
 
 def unresolved(record: dict) -> list[dict]:

@@ -160,13 +160,20 @@ def sacct(job_ids: list[str]) -> dict[str, list[JobRow]]:
                              "-o", ",".join(SACCT_FIELDS)]))
 
 
+def squeue_by_names(names: list[str]) -> dict[str, list[JobRow]]:
+    """The live jobs with these names (pending array ranges expanded): job id -> rows."""
+    if not names:
+        return {}
+    return parse_squeue(_run(["squeue", "-h", f"--name={','.join(sorted(set(names)))}", "-o", "%i|%j|%T|%V|%r"]))
+
+
 def find_by_names(names: list[str], since: float) -> dict[str, list[JobRow]]:
     """Jobs with these names, live (squeue) or ended (sacct, submitted after `since`): name -> rows.
     What an orchestrator killed mid-submission may have left behind."""
     if not names:
         return {}
     joined = ",".join(sorted(set(names)))
-    rows = parse_squeue(_run(["squeue", "-h", f"--name={joined}", "-o", "%i|%j|%T|%V|%r"]))
+    rows = squeue_by_names(names)
     start = datetime.fromtimestamp(since - 60).strftime("%Y-%m-%dT%H:%M:%S")
     ended = parse_sacct(_run(["sacct", f"--name={joined}", "-S", start, "-X", "--parsable2", "--noheader",
                               "-o", ",".join(SACCT_FIELDS)]))

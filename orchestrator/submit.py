@@ -226,6 +226,9 @@ class SlurmBackend:
     def find(self, names: list[str], since: float) -> dict[str, list[JobRow]]:
         return slurm_query.find_by_names(names, since)
 
+    def queued(self, names: list[str]) -> dict[str, list[JobRow]]:
+        return slurm_query.squeue_by_names(names)
+
     def cancel(self, job_ids: list[str]) -> None:
         slurm_query.scancel(job_ids)
 
@@ -261,6 +264,9 @@ class LocalBackend:
 
     def find(self, names: list[str], since: float) -> dict[str, list[JobRow]]:
         return {}  # local jobs die with the process that followed them
+
+    def queued(self, names: list[str]) -> dict[str, list[JobRow]]:
+        return {}
 
     def cancel(self, job_ids: list[str]) -> None:
         for job_id in job_ids:

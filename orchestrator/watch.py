@@ -37,7 +37,9 @@ from orchestrator.ledger import (
     note,
     resolve,
     to_poll,
+    unanswered,
     unresolved,
+    vanish,
 )
 from orchestrator.plan import make_plan
 from orchestrator.rundirs import atomic_write
@@ -58,7 +60,8 @@ from trainer.collapse import read_verdict
 RETRYABLE = {"NODE_FAIL": "node failure", "PREEMPTED": "preempted", "BOOT_FAIL": "node failed to boot",
              "TIMEOUT": "time limit reached after the in-job requeues",
              "CANCELLED": "cancelled outside `orchestrate cancel` (killed)",
-             "FAILED": "failed once; retried in case the cause was transient", "LOST": "never reached Slurm"}
+             "FAILED": "failed once; retried in case the cause was transient", "LOST": "never reached Slurm",
+             "VANISHED": "gone from Slurm without an accounting record (cancelled while pending?)"}
 REQUEUE_GRACE_S = 60.0
 
 
@@ -282,14 +285,22 @@ def settle_intents(ledger: Ledger, backend, records: dict[str, dict]) -> int:
 
 
 def refresh(ledger: Ledger, backend, records: dict[str, dict]) -> int:
-    """ONE query for every job of the sweep Slurm may still change; records updated and saved. Returns the
-    number of queries made (0 when nothing is live)."""
+    """ONE sacct for every job of the sweep Slurm may still change; records updated and saved. Only when sacct
+    has long had no record of a live job, one squeue by job name settles it (still queued, or VANISHED).
+    Returns the number of queries made."""
     ids = [j for r in records.values() for j in to_poll(r)]
     if not ids:
         return 0
-    rows = backend.rows(ids)
-    ledger.save_all(r for r in records.values() if apply_rows(r, rows))
-    return 1
+    rows, now = backend.rows(ids), time.time()
+    changed = {r["run_key"]: r for r in records.values() if apply_rows(r, rows)}
+    gone = [(r, j) for r in records.values() for j in unanswered(r, rows, now)]
+    if gone:
+        queued = backend.queued(sorted({j["name"] for _, j in gone}))
+        for record, job in gone:
+            vanish(job, queued.get(job["job_id"], []))
+            changed[record["run_key"]] = record
+    ledger.save_all(changed.values())
+    return 2 if gone else 1
 
 
 class Watcher:

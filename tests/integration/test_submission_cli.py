@@ -55,7 +55,8 @@ def probes(args: list[str], *settings: dict) -> list[str]:
 @pytest.mark.slow
 def test_sweep_returns_once_submitted_then_status_cancel_watch_and_logs(sweep_args, tmp_path):
     name, args, sweep_dir = sweep_args
-    long, short = probes(args, {"steps": 60, "sleep_s": 1.0}, {"steps": 2, "sleep_s": 0.2})
+    args = [*args, "sweep.slurm.overrides.array_parallelism=1"]  # the second cell waits behind the first
+    first_cell, waiting = probes(args, {"steps": 6, "sleep_s": 1.0}, {"steps": 2, "sleep_s": 0.2})
     started = time.monotonic()
     first = orchestrate("sweep", *args, *PROBE, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
@@ -63,20 +64,22 @@ def test_sweep_returns_once_submitted_then_status_cancel_watch_and_logs(sweep_ar
 
     status = orchestrate("status", str(sweep_dir), "--json", cwd=tmp_path)
     assert status.returncode == 0, status.stderr
-    assert {row["run_key"] for row in json.loads(status.stdout)} == {long, short}
+    assert {row["run_key"] for row in json.loads(status.stdout)} == {first_cell, waiting}
 
-    cancel = orchestrate("cancel", str(sweep_dir), "--run", long[:6], cwd=tmp_path)
+    # a pending array task cancelled never gets a sacct record: the watcher must still see it as the user's
+    cancel = orchestrate("cancel", str(sweep_dir), "--run", waiting[:6], cwd=tmp_path)
     assert cancel.returncode == 0 and "cancelled 2 job(s) of 1 cell(s)" in cancel.stdout, cancel.stdout + cancel.stderr
-    watch = orchestrate("watch", str(sweep_dir), "--poll", "2", "--timeout", "150", cwd=tmp_path)
+    watch = orchestrate("watch", str(sweep_dir), "--poll", "3", "--timeout", "200", cwd=tmp_path)
     assert watch.returncode == 1  # not every cell completed: one was cancelled
     records = Ledger(sweep_dir).records()
-    assert records[long]["final"]["status"] == "cancelled" and len(records[long]["jobs"]) == 2  # not resubmitted
-    assert records[short]["final"]["status"] == "completed"
+    assert records[waiting]["final"]["status"] == "cancelled", records[waiting]
+    assert len(records[waiting]["jobs"]) == 2 and not (sweep_dir / waiting / "starts.jsonl").exists()
+    assert records[first_cell]["final"]["status"] == "completed"
     table = orchestrate("status", args[0], *args[1:], cwd=tmp_path)  # SWEEP given as the sweep file
     assert "cancelled" in table.stdout and "done" in table.stdout, table.stdout
 
-    logs = orchestrate("logs", short[:5], "--root", str(tmp_path), "--lines", "5", cwd=tmp_path)
-    assert logs.returncode == 0 and latest(records[short], "train")["stdout"] in logs.stdout
+    logs = orchestrate("logs", first_cell[:5], "--root", str(tmp_path), "--lines", "5", cwd=tmp_path)
+    assert logs.returncode == 0 and latest(records[first_cell], "train")["stdout"] in logs.stdout
     assert "Job completed successfully" in logs.stdout
 
 

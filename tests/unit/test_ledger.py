@@ -149,3 +149,16 @@ def test_one_writer_at_a_time_and_a_dead_holder_is_taken_over(tmp_path):
     (ledger.dir / ".lock").write_text(json.dumps({"host": os.uname().nodename, "pid": int(dead.stdout), "at": 1e12}))
     with ledger.lock("third"):
         assert json.loads((ledger.dir / ".lock").read_text())["what"] == "third"
+
+
+def test_a_live_job_sacct_never_heard_of_is_asked_of_squeue_then_vanishes(tmp_path):
+    record = record_with(tmp_path, ("train", "sw-train-d1", {"job_id": "60_0", "state": "SUBMITTED",
+                                                             "submitted_at": 1000.0}))
+    assert L.unanswered(record, {}, now=1000.0 + 5) == []  # sacct lags behind sbatch for a moment
+    assert L.unanswered(record, {"60_0": [row("60_0", "sw-train-d1", "PENDING")]}, now=5000.0) == []
+    job = L.latest(record, "train")
+    assert L.unanswered(record, {}, now=1000.0 + L.VANISH_AFTER_S + 1) == [job]
+    L.vanish(job, [row("60_0", "sw-train-d1", "PENDING", reason="Priority")])  # still queued: follow it
+    assert (job["state"], job["reason"]) == ("PENDING", "Priority")
+    L.vanish(job, [row("60_0", "someone-else", "PENDING")])
+    assert job["state"] == "VANISHED"

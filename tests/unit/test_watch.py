@@ -33,7 +33,7 @@ def evaluation(state, **extra):
     return ("eval", state, extra)
 
 
-@pytest.mark.parametrize("state", ["NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "TIMEOUT", "CANCELLED"])
+@pytest.mark.parametrize("state", ["NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "TIMEOUT", "CANCELLED", "VANISHED"])
 def test_infrastructure_failures_are_resubmitted_and_the_waiting_evaluation_cancelled(state):
     action = decide(cell(train(state), evaluation("PENDING")), None, NOW)
     assert (action.do, action.kind, action.cancel) == ("resubmit", "train", ("2",))
@@ -46,8 +46,9 @@ def test_an_ended_job_slurm_may_requeue_in_place_gets_a_grace_period():
 
 
 def test_a_users_cancellation_is_never_resubmitted():
-    action = decide(cell(train("CANCELLED"), cancelled=True), None, NOW)
-    assert (action.do, action.status) == ("give_up", "cancelled") and "orchestrate cancel" in action.reason
+    for state in ("CANCELLED", "VANISHED"):  # a pending array task cancelled by the user leaves no sacct record
+        action = decide(cell(train(state), cancelled=True), None, NOW)
+        assert (action.do, action.status) == ("give_up", "cancelled") and "orchestrate cancel" in action.reason
 
 
 def test_an_error_that_repeats_on_the_cell_is_not_resubmitted():
