@@ -13,6 +13,12 @@ Targets (issue 2): ours under 30 s on a 2-core machine, and at least 20x faster 
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# Run as a script, bench/ comes first on sys.path, and bench/trainer.py would shadow the trainer package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import time
 

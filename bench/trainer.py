@@ -12,6 +12,12 @@ the ratio TRL / ours (target: >= 1, our step no slower than TRL's).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# Run as a script, bench/ comes first on sys.path, and bench/trainer.py would shadow the trainer package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 import argparse
 import statistics
 import tempfile
