@@ -18,6 +18,9 @@ import time
 from pathlib import Path
 
 TRAIN_ENTRY = "orchestrator.jobs:train_job"
+# A training job stopped by the warning signal exits with this (EX_TEMPFAIL) when Slurm did not requeue it (a
+# --no-requeue job): never COMPLETED half-trained; the watcher resubmits it like a preemption.
+PREEMPTED_EXIT = 75
 EVAL_ENTRY = "orchestrator.jobs:eval_job"
 
 
@@ -66,7 +69,10 @@ def train_job(run_dir: Path) -> dict:
     sweep = record.get("sweep") or run_dir.parent.name
     ctx = RunContext(run_dir=run_dir, run_key=run_dir.name, sweep_id=sweep, parent_run_key=f"sweep-{sweep}",
                      axes=record.get("axes"))
-    return train(cfg, ctx)
+    result = train(cfg, ctx)
+    if result.get("preempted"):  # checkpointed and asked Slurm to requeue; if it did, this exit code is moot
+        raise SystemExit(PREEMPTED_EXIT)
+    return result
 
 
 def eval_job(run_dir: Path) -> dict:

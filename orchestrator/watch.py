@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from orchestrator.errors import UserError
+from orchestrator.jobs import PREEMPTED_EXIT
 from orchestrator.ledger import (
     KINDS,
     LIVE,
@@ -143,7 +144,8 @@ def _after_failure(record: dict, job: dict, verdict: str | None, now: float, max
     if state in ("NODE_FAIL", "PREEMPTED", "CANCELLED") and job.get("end") and now - job["end"] < grace_s:
         return None  # Slurm may still requeue it in place (same id): give it a moment
     previous = [a for a in attempts(record, kind) if a is not job and a["state"] != "LOST"]
-    if state == "FAILED" and previous and previous[-1]["state"] == "FAILED" \
+    preempted = state == "FAILED" and job.get("exit_code") == f"{PREEMPTED_EXIT}:0"
+    if state == "FAILED" and not preempted and previous and previous[-1]["state"] == "FAILED" \
             and previous[-1]["exit_code"] == job["exit_code"]:
         return give_up("gave_up", f"failed twice with exit code {job['exit_code']}: an error in the run, not the "
                        f"infrastructure; see `orchestrate logs {key}`")
@@ -153,7 +155,8 @@ def _after_failure(record: dict, job: dict, verdict: str | None, now: float, max
     if state != "LOST" and used >= max_retries:
         return give_up("gave_up", f"retry budget spent ({used} of {max_retries} resubmissions)")
     budget = "" if state == "LOST" else f" ({used + 1} of at most {max_retries} resubmissions)"
-    return Action(key, "resubmit", f"{what}: {RETRYABLE[state]}; submitted again as attempt {job['attempt'] + 1}"
+    why = "checkpointed on the warning signal, not requeued by Slurm" if preempted else RETRYABLE[state]
+    return Action(key, "resubmit", f"{what}: {why}; submitted again as attempt {job['attempt'] + 1}"
                   f"{budget}, resuming from its latest checkpoint", kind=kind, cancel=cancel)
 
 

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator import ledger as L
+from orchestrator.jobs import PREEMPTED_EXIT
 from orchestrator.watch import REQUEUE_GRACE_S, decide, triage
 
 NOW = 10_000.0
@@ -58,6 +59,12 @@ def test_an_error_that_repeats_on_the_cell_is_not_resubmitted():
     assert (twice.do, twice.status) == ("give_up", "gave_up") and "failed twice with exit code 1:0" in twice.reason
     other = decide(cell(train("FAILED", exit_code="1:0"), train("FAILED", exit_code="0:9")), None, NOW)
     assert other.do == "resubmit"
+
+
+def test_a_job_stopped_by_the_warning_signal_but_not_requeued_is_resubmitted_every_time():
+    code = f"{PREEMPTED_EXIT}:0"
+    twice = decide(cell(train("FAILED", exit_code=code), train("FAILED", exit_code=code)), None, NOW)
+    assert twice.do == "resubmit" and "not requeued by Slurm" in twice.reason
 
 
 def test_a_collapsed_run_is_not_resubmitted_whatever_ended_it():
