@@ -10,6 +10,7 @@ The trainer never asks an engine for log-probs it trains on: it recomputes them 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -47,9 +48,9 @@ class RolloutEngine(Protocol):
 class HFEngine:
     """transformers' generate on the policy module itself (no copy, so sync_weights has nothing to do).
 
-    Under ZeRO-3 the module's parameters are partitioned; DeepSpeed gathers each layer for the forward, so the
-    same call works on one rank or many. Every rank must call generate the same number of times (the gathers
-    are collectives): the trainer gives each rank an equal share of prompts.
+    Under ZeRO-3 the module's parameters are partitioned; they are gathered once for the whole rollout, so the
+    same call works on one rank or many. Every rank must call generate the same number of times (the gather is
+    a collective): the trainer gives each rank an equal share of prompts.
     """
 
     def __init__(self, model, tokenizer, micro_batch: int = 64):
@@ -67,6 +68,14 @@ class HFEngine:
         responses, truncated = [], []
         was_training = self.model.training
         self.model.eval()
+        with _gathered(self.model):
+            responses, truncated = self._generate(expanded, sampling, pad, stops)
+        self.model.train(was_training)
+        texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+        return Rollouts(expanded, responses, truncated, texts)
+
+    def _generate(self, expanded, sampling: Sampling, pad: int, stops: set[int]):
+        responses, truncated = [], []
         for start in range(0, len(expanded), self.micro_batch):
             chunk = expanded[start : start + self.micro_batch]
             width = max(len(p) for p in chunk)
@@ -84,9 +93,18 @@ class HFEngine:
                 resp, stopped = _cut(row, stops)
                 responses.append(resp)
                 truncated.append(not stopped)
-        self.model.train(was_training)
-        texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
-        return Rollouts(expanded, responses, truncated, texts)
+        return responses, truncated
+
+
+def _gathered(model):
+    """Under ZeRO-3, gather the whole model once for the rollout (as TRL and OpenRLHF do), instead of
+    re-gathering every layer for every generated token; a no-op for a plain module."""
+    params = [p for p in model.parameters() if hasattr(p, "ds_id")]
+    if not params:
+        return contextlib.nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(params, modifier_rank=None)
 
 
 def _synced() -> bool:
