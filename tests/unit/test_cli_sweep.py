@@ -84,15 +84,19 @@ def test_dry_run_prints_the_plan_and_touches_nothing(tmp_path, monkeypatch, caps
         assert text in out, text
 
 
-def test_sweep_without_dry_run_writes_run_dirs_and_stops_before_slurm(tmp_path, monkeypatch, capsys):
+def test_sweep_without_dry_run_writes_run_dirs_and_follows_the_local_executor(tmp_path, monkeypatch, capsys):
+    """The local executor (never the Slurm cluster: a unit test must not queue jobs), with the probe job
+    functions standing in for training and evaluation."""
     monkeypatch.chdir(tmp_path)
-    assert main(["sweep", str(SWEEPS / "smoke.yaml"), "optim.steps=2"]) == 1
+    rc = main(["sweep", str(SWEEPS / "smoke.yaml"), "optim.steps=2", "--executor", "local",
+               "--train-entry", "orchestrator.jobs:probe_train", "--eval-entry", "orchestrator.jobs:probe_eval",
+               "--poll", "1"])
     captured = capsys.readouterr()
-    assert "Slurm submission is not wired yet" in captured.err and "nothing was submitted" in captured.err
+    assert rc == 0, captured.err
     sweep_dir = tmp_path / "runs" / "smoke"
     assert (sweep_dir / "manifest.json").is_file()
     assert len(list(sweep_dir.glob("*/config.yaml"))) == 2
-    assert "wrote 2 run dir(s)" in captured.out
+    assert len(list((sweep_dir / "ledger").glob("*.json"))) == 2
 
 
 def test_an_invalid_sweep_writes_nothing(tmp_path, monkeypatch):
