@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo synthetic test unit lint ci bench clean
+.PHONY: setup demo synthetic test unit lint ci bench clean mlflow-ui
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,11 +17,15 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
-# The main job on the embedded default (CPU, local store).
+# The main job on the embedded default: the smoke sweep (tiny model, CPU, MLflow in runs/mlflow.db), trained and
+# evaluated through the local executor, or through the local Slurm cluster when it is up; then its status.
 demo: setup
-	$(BIN)/orchestrate synthetic --plot runs/synthetic/figure1.png --json runs/synthetic/figure1.json
+	$(BIN)/orchestrate sweep sweeps/smoke.yaml --watch
+	$(BIN)/orchestrate status sweeps/smoke.yaml
 
-synthetic: demo
+# The paper's toy study (section 3.3, Figure 1).
+synthetic: setup
+	$(BIN)/orchestrate synthetic --plot runs/synthetic/figure1.png --json runs/synthetic/figure1.json
 
 lint: setup
 	$(BIN)/ruff check .
@@ -42,3 +46,7 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+
+# Browse the runs (the experiment opens on its runs table with the link printed by `orchestrate status`).
+mlflow-ui: setup
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri sqlite:///runs/mlflow.db --host 127.0.0.1 --port 5000
