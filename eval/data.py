@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainer import tasks
+from trainer.atomic import atomic_write
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = "MANIFEST.json"
@@ -137,9 +138,7 @@ def write_manifest(data_dir: Path, entries: dict[str, dict], missing: dict[str, 
     body = {"version": 1, "datasets": dict(sorted(datasets.items())),
             "missing": {k: v for k, v in sorted(missing.items()) if k not in datasets}}
     path = data_dir / MANIFEST
-    tmp = path.with_name(f".{MANIFEST}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(body, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(body, indent=1, sort_keys=True) + "\n")
     return path
 
 

@@ -18,7 +18,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trainer.checkpoint import atomic_write_text, tag_for
+from trainer.atomic import atomic_write as atomic_write_text
+from trainer.checkpoint import tag_for
 
 from . import data, taskfiles
 from .answers import grade

@@ -17,6 +17,8 @@ import os
 import time
 from pathlib import Path
 
+from trainer.atomic import atomic_write
+
 TRAIN_ENTRY = "orchestrator.jobs:train_job"
 # A training job stopped by the warning signal exits with this (EX_TEMPFAIL) when Slurm did not requeue it (a
 # --no-requeue job): never COMPLETED half-trained; the watcher resubmits it like a preemption.
@@ -30,10 +32,7 @@ def resolve_entry(entry: str):
 
 
 def write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=1, default=str))
 
 
 def run_train(entry: str, run_dir: str):

@@ -10,9 +10,7 @@ written whole or not at all (temp file + os.replace), which is safe on NFS for a
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from orchestrator.errors import UserError
 from orchestrator.identity import run_key
 from orchestrator.plan import Plan
 from orchestrator.sweep import REPO, Sweep
+from trainer.atomic import atomic_write  # noqa: F401  (ledger, watch and submit import it from here)
 
 
 @dataclass(frozen=True)
@@ -117,18 +116,3 @@ def orchestrator_version() -> str:
             return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
         except (OSError, KeyError, tomllib.TOMLDecodeError):
             return "unknown"
-
-
-def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to a temp file beside `path`, fsync it, then rename it over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from trainer.atomic import atomic_write
 from trainer.metrics import TAG_COLLAPSE_REASON, TAG_COLLAPSE_STEP, TAG_COLLAPSE_VERDICT
 
 log = logging.getLogger(__name__)
@@ -392,9 +393,7 @@ class MlflowTracker:
             text = yaml.safe_dump(obj, sort_keys=True)
         else:
             raise ValueError(f"log_dict name {name!r}: end it in .json or .yaml")
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        atomic_write(path, text)
         self.log_artifact(path, posixpath.dirname(name) or None)
 
     def flush(self) -> bool:

@@ -14,7 +14,6 @@ which is why `latest.json` is written after a barrier, by rank 0, with write-the
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 from pathlib import Path
@@ -22,16 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write-then-rename in the same directory: readers see the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+from .atomic import atomic_write
 
 
 def rng_state() -> dict:
@@ -77,10 +67,10 @@ def save(engine, ckpt_dir: Path, step: int, state: dict, rank: int, keep_last: i
     for name, obj in (extra or {}).items():
         torch.save(obj, ckpt_dir / tag / name)
     if rank == 0:
-        atomic_write_text(ckpt_dir / tag / "state.json", json.dumps({**state, "step": step}))
+        atomic_write(ckpt_dir / tag / "state.json", json.dumps({**state, "step": step}))
     _barrier()
     if rank == 0:
-        atomic_write_text(ckpt_dir / "latest.json", json.dumps({"tag": tag, "step": step}))
+        atomic_write(ckpt_dir / "latest.json", json.dumps({"tag": tag, "step": step}))
         prune(ckpt_dir, keep_last)
     _barrier()
     return ckpt_dir / tag

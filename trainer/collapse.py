@@ -23,11 +23,11 @@ import json
 import math
 import os
 import statistics
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from trainer.atomic import atomic_write
 from trainer.config import ConfigError, raise_if
 from trainer.metrics import (
     TAG_COLLAPSE_REASON,
@@ -278,18 +278,7 @@ def _blowup(points, key: str, factor: float, floor: float, c: CollapseConfig) ->
 def write_verdict(path: str | os.PathLike, verdict: CollapseVerdict) -> None:
     """Write the verdict as JSON atomically (temp file in the same directory, fsync, rename): a reader on the
     shared filesystem sees the old file or the new one, never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(verdict.to_dict(), f, indent=2, allow_nan=False)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, json.dumps(verdict.to_dict(), indent=2, allow_nan=False))
 
 
 def read_verdict(path: str | os.PathLike) -> CollapseVerdict | None:

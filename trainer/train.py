@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from . import checkpoint, distributed
+from .atomic import atomic_write
 from .config import RunConfig
 from .data import load_examples
 from .kl import describe_objective
@@ -140,7 +141,7 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     manifest = objective_manifest(cfg)
     if dist.is_main:
-        checkpoint.atomic_write_text(ctx.run_dir / "objective.json", json.dumps(manifest, indent=1))
+        atomic_write(ctx.run_dir / "objective.json", json.dumps(manifest, indent=1))
     engine, reference, tokenizer = build_engine(cfg, resolve_model_path(cfg), dist, micro_batches)
     val_examples = load_examples(cfg.data, cfg.data.val_split) if cfg.data.val_every else []
     val_examples = val_examples[: cfg.data.val_size] if cfg.data.val_size else val_examples
@@ -217,7 +218,7 @@ class _LoggedSteps:
 
     def mark(self, step: int) -> None:
         self.last = step
-        checkpoint.atomic_write_text(self.path, str(step))
+        atomic_write(self.path, str(step))
 
 
 def _rollout_metrics(sampled, device) -> dict[str, float]:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import yaml
-from pathlib import Path
 
 BASE = {
     "model": {"name_or_path": "tiny", "dtype": "fp32"},
