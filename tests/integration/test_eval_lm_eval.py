@@ -137,7 +137,7 @@ def test_mean_at_k_is_the_mean_of_the_logged_samples(trained_run, evaluated):
     assert metrics[f"eval/tiny/pass_at_{K}"] == pytest.approx(sum(any(s) for s in scores) / LIMIT)
     assert 0 < sum(map(sum, scores)) < K * LIMIT, "a degenerate sample: every answer right or every answer wrong"
     assert any(len(set(r["samples"])) > 1 for r in rows), "the k samples of a problem are not independent draws"
-    assert all(r["prompt"].startswith("<|user|>What is ") and r["prompt"].endswith("<|assistant|>") for r in rows)
+    assert all(r["prompt"].startswith("<|user|>") and r["prompt"].endswith("=?<|end|><|assistant|>") for r in rows)
     # One character is one token here: the 12-token budget held, although the model's saved generation_config
     # says max_new_tokens=32 (the hf backend would otherwise inherit it).
     assert json.loads((trained_run["dir"] / "export" / "step_000003" / "generation_config.json").read_text())[
