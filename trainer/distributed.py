@@ -29,6 +29,9 @@ class DistInfo:
         return self.rank == 0
 
 
+_STANDALONE_KEYS: dict[str, str] = {}  # what a standalone init put in os.environ, removed by teardown
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -66,12 +69,14 @@ def setup_environment(cache_dir: Path) -> None:
 def init(cache_dir: Path) -> DistInfo:
     """Initialise the process group (gloo on CPU, nccl on GPU) through DeepSpeed, from Slurm or standalone."""
     setup_environment(cache_dir)
-    env = _slurm_env() or {}
-    if not env and "RANK" not in os.environ:
+    # Under srun, Slurm's layout wins over anything inherited: sbatch exports the submitting shell's environment,
+    # which may hold a standalone run's RANK/MASTER_PORT. Standalone, one rank on a fresh port, undone at teardown.
+    env = _slurm_env()
+    if env is None and "RANK" not in os.environ:
         env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                "MASTER_PORT": str(_free_port())}
-    for key, value in env.items():
-        os.environ.setdefault(key, value)
+        _STANDALONE_KEYS.update(env)
+    os.environ.update(env or {})
     import deepspeed
 
     cuda = torch.cuda.is_available()
@@ -89,6 +94,10 @@ def teardown() -> None:
     same process (a test, a notebook) starts clean instead of broadcasting over a destroyed group."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+    for key, value in list(_STANDALONE_KEYS.items()):
+        if os.environ.get(key) == value:
+            del os.environ[key]
+    _STANDALONE_KEYS.clear()
     import sys
 
     groups = sys.modules.get("deepspeed.utils.groups")
