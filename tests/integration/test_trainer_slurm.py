@@ -51,7 +51,7 @@ def test_warning_signal_checkpoints_requeues_and_finishes_the_run(tmp_path, slur
     steps = 60
     config = _write(tmp_path, "limit", optim={"steps": steps, "batch_prompts": 4, "minibatch_prompts": 4},
                     checkpoint={"every": 1000, "keep_last": 1})
-    job = _executor(tmp_path / "logs", slurm_cluster, tasks_per_node=1, timeout_min=10, signal_delay_s=60).submit(
+    job = _executor(tmp_path / "logs", slurm_cluster, tasks_per_node=1, timeout_min=10, slurm_signal_delay_s=60).submit(
         TrainFromYaml(), str(config), str(tmp_path / "run"))
     logged, latest = tmp_path / "run" / "logged_step", tmp_path / "run" / "checkpoints" / "latest.json"
     _wait(lambda: logged.exists() and int(logged.read_text()) >= 3, job, "the run to log 3 steps")
