@@ -38,7 +38,7 @@ def data_dir() -> Path:
     return Path(os.environ.get("COMEDY_DATA") or Path(__file__).resolve().parents[1] / "data")
 
 
-def load_examples(cfg: DataConfig, split: str, seed: int = 0) -> list[dict]:
+def load_examples(cfg: DataConfig, split: str) -> list[dict]:
     """The examples of `split` ('train' or the validation split) as dicts with at least 'problem' and 'answer'."""
     path = cfg.train_path if split == "train" else cfg.val_path
     if cfg.dataset == "tiny" and path is None:

@@ -37,11 +37,6 @@ def _masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return x.masked_fill(~mask.bool(), 0.0)
 
 
-def log_ratio(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """log(pi_theta / pi_ref) per token, i.e. k1_t = -log r_t. Shapes [B, T]."""
-    return logp - ref_logp
-
-
 def k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """k1_t = log pi_theta(y_t) - log pi_ref(y_t) = -log r_t (equation 11)."""
     return logp - ref_logp
