@@ -5,9 +5,13 @@
 `tokenizer.json` without merges (one token per ASCII character) with a chat template `<|user|>...<|end|><|assistant|>`,
 and a `generation_config.json` that changes nothing at sampling time.
 
-The weights are warm-started by a short, seeded supervised phase on the synthetic task (`trainer/tasks.py`):
-chat-templated prompt -> `\\boxed{answer}<|end|>`. It is deliberately under-trained, so sampled accuracy at
-temperature 1.0 is well above zero yet far from perfect and RL has room to improve it (numbers in build.json).
+The weights are warm-started by a seeded supervised phase on the synthetic task (`trainer/tasks.py`):
+chat-templated prompt -> `\\boxed{answer}<|end|>`, from a *noisy teacher* that gives a neighbouring wrong answer
+(answer +- 1) with probability `label_noise`. The model learns the arithmetic (greedy accuracy near 0.9) but, like a
+base model that knows more than it samples, puts about that much mass on wrong answers, so sampled accuracy at
+temperature 1.0 is about one half: RL has room to raise it. A merely under-trained model does not serve: its
+solution is so sharp that any RL step large enough to help first breaks it (measured; docs/trainer.md).
+Numbers of each build are in build.json.
 
 The result is cached under `<root>/<hash of the build config>/`, root = `$COMEDY_CACHE/tiny-model` or
 `<repo>/.cache/tiny-model`, built in a temporary sibling directory and renamed into place, so a reader sees a
@@ -31,7 +35,7 @@ import torch
 from trainer import tasks
 from trainer.rewards import tiny_reward
 
-BUILD_VERSION = 2  # bump when the recipe below changes what a given config builds
+BUILD_VERSION = 3  # bump when the recipe below changes what a given config builds
 SPECIAL_TOKENS = ("<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>")
 PAD, EOS = SPECIAL_TOKENS[:2]
 CHAT_TEMPLATE = (
@@ -53,10 +57,12 @@ class TinyModelConfig:
     num_kv_heads: int = 2
     intermediate_size: int = 288
     max_positions: int = 128
-    sft_steps: int = 550
+    sft_steps: int = 1500
     batch_size: int = 128
     lr: float = 3e-3
     warmup_steps: int = 30
+    final_lr_fraction: float = 0.3  # linear decay to this fraction of lr
+    label_noise: float = 0.4  # probability that the teacher's answer is off by one (see the module docstring)
     seed: int = 0
     # One thread: on a shared 2-core machine two OpenMP threads spin-wait on each other and a step gets 10x
     # slower than on one (measured); alone, two threads would save under half the time.
@@ -68,9 +74,13 @@ class TinyModelConfig:
 
     def __post_init__(self) -> None:
         problems = [f"{k}={v!r} must be > 0" for k, v in asdict(self).items()
-                    if isinstance(v, (int, float)) and k not in ("seed", "eval_size", "warmup_steps") and v <= 0]
+                    if isinstance(v, (int, float)) and k not in ("seed", "eval_size", "warmup_steps", "label_noise")
+                    and v <= 0]
         problems += [f"{k}={v!r} must be >= 0" for k, v in (("eval_size", self.eval_size),
                                                               ("warmup_steps", self.warmup_steps)) if v < 0]
+        problems += [f"{k}={v!r} must be in [0, 1]" for k, v in (("label_noise", self.label_noise),
+                                                                   ("final_lr_fraction", self.final_lr_fraction))
+                     if not 0 <= v <= 1]
         if self.hidden_size % max(self.num_heads, 1) or self.num_heads % max(self.num_kv_heads, 1):
             problems.append(f"hidden_size={self.hidden_size}, num_heads={self.num_heads}, num_kv_heads="
                             f"{self.num_kv_heads}: heads must divide hidden_size and kv heads must divide heads")
@@ -95,7 +105,7 @@ def cache_root() -> Path:
 
 
 def ensure_tiny_model(config: TinyModelConfig | None = None, root: str | Path | None = None) -> Path:
-    """The directory of the tiny model for `config`, built (about 1.5 minutes on one CPU core) only when missing.
+    """The directory of the tiny model for `config`, built (about 3 minutes on one CPU core) only when missing.
 
     Concurrent callers may each build; the first rename wins and the others discard their copy.
     """
@@ -162,43 +172,52 @@ def chat_prompt(tokenizer, problem: str, prompt_suffix: str = "") -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def _sft_batches(config: TinyModelConfig, tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded `input_ids` [N, T] and `labels` [N, T] (-100 on prompt and padding) for the train split."""
-    rows, label_rows = [], []
-    for ex in tasks.make_split("train", seed=config.seed):
-        prompt = tokenizer(chat_prompt(tokenizer, ex["problem"], config.prompt_suffix))["input_ids"]
-        answer = tokenizer(f"\\boxed{{{ex['answer']}}}{EOS}")["input_ids"]
-        rows.append(prompt + answer)
-        label_rows.append([-100] * len(prompt) + answer)
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id)
-    labels = torch.full((len(rows), width), -100)
-    for i, (r, lab) in enumerate(zip(rows, label_rows, strict=True)):
-        ids[i, : len(r)] = torch.tensor(r)
-        labels[i, : len(lab)] = torch.tensor(lab)
-    return ids, labels
+class _SFTData:
+    """The train split tokenised once: each prompt, and its target for every answer the teacher may give."""
+
+    def __init__(self, config: TinyModelConfig, tokenizer):
+        self.pad = tokenizer.pad_token_id
+        examples = tasks.make_split("train", seed=config.seed)
+        self.prompts = [tokenizer(chat_prompt(tokenizer, ex["problem"], config.prompt_suffix))["input_ids"]
+                        for ex in examples]
+        # targets[i] = (the right answer, one below, one above)
+        self.targets = [[tokenizer(f"\\boxed{{{int(ex['answer']) + d}}}{EOS}")["input_ids"] for d in (0, -1, 1)]
+                        for ex in examples]
+
+    def batch(self, idx: list[int], choice: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Right-padded `input_ids` and `labels` (-100 on prompt and padding) for examples `idx`, targets `choice`."""
+        rows = [self.prompts[i] + self.targets[i][c] for i, c in zip(idx, choice, strict=True)]
+        width = max(map(len, rows))
+        ids = torch.full((len(rows), width), self.pad)
+        labels = torch.full((len(rows), width), -100)
+        for r, (i, row) in enumerate(zip(idx, rows, strict=True)):
+            ids[r, : len(row)] = torch.tensor(row)
+            labels[r, len(self.prompts[i]) : len(row)] = torch.tensor(row[len(self.prompts[i]) :])
+        return ids, labels
 
 
 def warm_start(model, tokenizer, config: TinyModelConfig, log_every_s: float = 5.0) -> list[float]:
-    """Seeded supervised fine-tuning on `train` (loss on the answer tokens only); returns the loss curve."""
-    ids, labels = _sft_batches(config, tokenizer)
+    """Seeded supervised fine-tuning on `train` from the noisy teacher (loss on the answer tokens only); returns
+    the loss curve."""
+    data = _SFTData(config, tokenizer)
     gen = torch.Generator().manual_seed(config.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0, betas=(0.9, 0.98))
 
-    def lr_at(step: int) -> float:  # linear warmup, then linear decay to 10%
+    def lr_at(step: int) -> float:  # linear warmup, then linear decay to final_lr_fraction
         if step < config.warmup_steps:
             return (step + 1) / config.warmup_steps
-        return 1.0 - 0.9 * (step - config.warmup_steps) / max(1, config.sft_steps - config.warmup_steps)
+        done = (step - config.warmup_steps) / max(1, config.sft_steps - config.warmup_steps)
+        return 1.0 - (1.0 - config.final_lr_fraction) * done
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     model.train()
     losses, last_log, start = [], time.monotonic(), time.monotonic()
     for step in range(config.sft_steps):
-        idx = torch.randint(0, len(ids), (config.batch_size,), generator=gen)
-        width = int((ids[idx] != tokenizer.pad_token_id).sum(1).max())  # drop all-padding columns
-        batch_ids, batch_labels = ids[idx, :width], labels[idx, :width]
-        mask = (batch_ids != tokenizer.pad_token_id).long()
-        loss = model(input_ids=batch_ids, attention_mask=mask, labels=batch_labels).loss
+        idx = torch.randint(0, len(data.prompts), (config.batch_size,), generator=gen)
+        noisy = torch.rand(config.batch_size, generator=gen) < config.label_noise
+        side = torch.randint(1, 3, (config.batch_size,), generator=gen)  # 1: answer - 1, 2: answer + 1
+        ids, labels = data.batch(idx.tolist(), torch.where(noisy, side, 0).tolist())
+        loss = model(input_ids=ids, attention_mask=(ids != data.pad).long(), labels=labels).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
