@@ -110,13 +110,20 @@ def teardown() -> None:
             getattr(groups, name).clear()
 
 
-def deepspeed_config(*, bf16: bool, grad_clip: float | None, micro_batches: int) -> dict:
+def deepspeed_config(*, bf16: bool, grad_clip: float | None, micro_batches: int,
+                     memory_efficient_linear: bool = True) -> dict:
     """ZeRO stage 3 for the policy. We feed DeepSpeed our own micro-batches and whole-batch loss denominators,
-    so its loss scaling by the accumulation count is switched off at backward (scale_wrt_gas=False)."""
+    so its loss scaling by the accumulation count is switched off at backward (scale_wrt_gas=False).
+
+    `memory_efficient_linear` (DeepSpeed's default) replaces torch.nn.functional.linear process-wide with an
+    autograd Function that re-gathers weights in backward: it saves GPU memory on large models, and on CPU only
+    costs time, in every linear of every module (the frozen reference and generation included). The trainer turns
+    it off on CPU (bench/trainer.py measures the difference)."""
     return {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": micro_batches,
-        "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True},
+        "zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True,
+                              "memory_efficient_linear": memory_efficient_linear},
         "bf16": {"enabled": bf16},
         "gradient_clipping": grad_clip or 0.0,
         "zero_allow_untested_optimizer": True,

@@ -53,8 +53,9 @@ class HFEngine:
     a collective): the trainer gives each rank an equal share of prompts.
     """
 
-    def __init__(self, model, tokenizer, micro_batch: int = 64):
+    def __init__(self, model, tokenizer, micro_batch: int = 64, ds_engine=None):
         self.model, self.tokenizer, self.micro_batch = model, tokenizer, micro_batch
+        self.ds_engine = ds_engine  # the DeepSpeed engine wrapping `model`, when there is one
 
     def sync_weights(self, model) -> None:
         self.model = model
@@ -68,7 +69,7 @@ class HFEngine:
         responses, truncated = [], []
         was_training = self.model.training
         self.model.eval()
-        with _gathered(self.model):
+        with _generation_view(self.model, self.ds_engine):
             responses, truncated = self._generate(expanded, sampling, pad, stops)
         self.model.train(was_training)
         texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
@@ -96,15 +97,48 @@ class HFEngine:
         return responses, truncated
 
 
-def _gathered(model):
-    """Under ZeRO-3, gather the whole model once for the rollout (as TRL and OpenRLHF do), instead of
-    re-gathering every layer for every generated token; a no-op for a plain module."""
+@contextlib.contextmanager
+def _generation_view(model, ds_engine):
+    """Under ZeRO-3: the whole model gathered once for the rollout (as TRL and OpenRLHF do), instead of re-gathering
+    every layer for every generated token, and DeepSpeed's per-module fetch/release hooks taken off meanwhile (as
+    TRL's `unwrap_model_for_generation` does): with every parameter present they only cost time, on every module
+    for every token. A no-op for a plain module."""
     params = [p for p in model.parameters() if hasattr(p, "ds_id")]
     if not params:
-        return contextlib.nullcontext()
+        yield
+        return
     import deepspeed
 
-    return deepspeed.zero.GatheredParameters(params, modifier_rank=None)
+    offload = _zero3_offload(ds_engine)
+    with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+        if offload is not None:
+            _remove_zero3_hooks(offload)
+        try:
+            yield
+        finally:
+            if offload is not None:
+                _restore_zero3_hooks(offload)
+
+
+def _zero3_offload(ds_engine):
+    """DeepSpeed's ZeRO-3 parameter manager (it owns the module hooks), or None."""
+    optimizer = getattr(ds_engine, "optimizer", None)
+    offload = getattr(optimizer, "parameter_offload", None)
+    return offload if hasattr(offload, "forward_hooks") and hasattr(offload, "_register_deepspeed_module") else None
+
+
+def _remove_zero3_hooks(offload) -> None:
+    # DeepSpeed has no public switch for this; these are the attributes TRL's remove_hooks uses (trl/models/utils.py).
+    for p in offload.module.parameters():
+        p.ds_active_sub_modules.clear()
+    for hook in offload.forward_hooks + offload.backward_hooks:
+        hook.remove()
+    offload.forward_hooks, offload.backward_hooks = [], []
+
+
+def _restore_zero3_hooks(offload) -> None:
+    # Re-registering invalidates DeepSpeed's recorded prefetch trace, which the generation forwards did not follow.
+    offload._register_deepspeed_module(offload.module)
 
 
 def _synced() -> bool:
@@ -120,10 +154,11 @@ def _cut(row: list[int], stops: set[int]) -> tuple[list[int], bool]:
     return row, False
 
 
-def make_engine(kind: str, model, tokenizer, **kwargs) -> RolloutEngine:
-    """'hf' or 'vllm'. vLLM is imported only here and only when asked for: it exists on GPU clusters alone."""
+def make_engine(kind: str, model, tokenizer, ds_engine=None, **kwargs) -> RolloutEngine:
+    """'hf' or 'vllm'. vLLM is imported only here and only when asked for: it exists on GPU clusters alone.
+    `ds_engine`: the DeepSpeed engine around `model`, which the colocated HF engine generates with."""
     if kind == "hf":
-        return HFEngine(model, tokenizer, **kwargs)
+        return HFEngine(model, tokenizer, ds_engine=ds_engine, **kwargs)
     if kind == "vllm":
         from .rollout_vllm import VLLMEngine  # noqa: PLC0415  (GPU-only dependency)
 

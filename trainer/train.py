@@ -90,7 +90,7 @@ def build_engine(cfg: RunConfig, path: str, dist: distributed.DistInfo, micro_ba
     warm = max(cfg.optim.warmup_steps, 0)
     sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     ds = distributed.deepspeed_config(bf16=dtype == torch.bfloat16, grad_clip=cfg.optim.grad_clip,
-                                      micro_batches=micro_batches)
+                                      micro_batches=micro_batches, memory_efficient_linear=gpu)
     engine, _, _, _ = deepspeed.initialize(model=policy, optimizer=optim, lr_scheduler=sched, config=ds)
     return engine, reference, tokenizer
 
@@ -145,7 +145,7 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
     engine, reference, tokenizer = build_engine(cfg, resolve_model_path(cfg), dist, micro_batches)
     val_examples = load_examples(cfg.data, cfg.data.val_split) if cfg.data.val_every else []
     val_examples = val_examples[: cfg.data.val_size] if cfg.data.val_size else val_examples
-    rollout = make_engine(cfg.rollout.engine, engine.module, tokenizer)
+    rollout = make_engine(cfg.rollout.engine, engine.module, tokenizer, ds_engine=engine)
     sampler = BatchSampler(cfg, tokenizer, rollout, load_examples(cfg.data, "train"), dist, local_groups,
                            micro_groups * G)
     queue = RolloutQueue(cfg.rollout.async_level)
