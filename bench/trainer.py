@@ -6,8 +6,10 @@
 Same tiny model (trainer/tiny_model.py), same prompts (the tiny task's train split), same batch (prompts x group),
 same sampling (temperature 1.0, top_p 1.0, top_k off, max_new tokens), one CPU process each, KL beta 0.1 against
 the frozen reference in both (ours: k1 in the reward, RLOO; TRL: its k3 in the loss), a learning rate of 1e-4.
-The first step of each is a warm-up and is not timed. Printed: median step time, steps/s, generated tokens/s, and
-the ratio TRL / ours (target: >= 1, our step no slower than TRL's).
+The first step of each is a warm-up and is not timed. Each trainer runs in its own fresh Python process, so
+neither inherits the other's state (DeepSpeed, for one, patches torch.nn.functional.linear process-wide).
+Printed: median step time, steps/s, generated tokens/s, and the ratio TRL / ours (target: >= 1, our step no
+slower than TRL's).
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import argparse
+import json
 import statistics
+import subprocess
 import tempfile
 import time
-from pathlib import Path
 
 
 def ours(args) -> tuple[list[float], float]:
@@ -95,24 +98,44 @@ def trl(args) -> tuple[list[float], float]:
     return timer.times[1:], float("nan")
 
 
+def contestant(name: str, args) -> tuple[list[float], float] | None:
+    """Step times of one trainer, measured in a child process; None when TRL is not installed."""
+    cmd = [sys.executable, __file__, "--only", name, "--steps", str(args.steps), "--prompts", str(args.prompts),
+           "--group", str(args.group), "--max-new", str(args.max_new)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("RESULT ")]
+    if out.returncode != 0 or not lines:
+        raise SystemExit(f"{name} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+    result = json.loads(lines[-1][len("RESULT "):])
+    if result.get("missing"):
+        print(f"TRL is not installed ({result['missing']}); run `pip install -e '.[bench]'` for the comparison")
+        return None
+    return result["times"], result["tokens"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--max-new", type=int, default=16)
+    ap.add_argument("--only", choices=("ours", "trl"), help=argparse.SUPPRESS)  # the child process's role
     args = ap.parse_args()
-    ours_t, tokens = ours(args)
-    try:
-        trl_t, _ = trl(args)
-    except ImportError as err:
-        print(f"TRL is not installed ({err}); run `pip install -e '.[bench]'` for the comparison")
-        trl_t = []
+    if args.only:
+        try:
+            times, tokens = (ours if args.only == "ours" else trl)(args)
+            print("RESULT " + json.dumps({"times": times, "tokens": tokens}))
+        except ImportError as err:
+            print("RESULT " + json.dumps({"missing": str(err)}))
+        return
+    print(f"work: {args.prompts} prompts x {args.group} rollouts, <= {args.max_new} new tokens, {args.steps} steps",
+          flush=True)
+    ours_t, tokens = contestant("ours", args)
     o = statistics.median(ours_t)
-    print(f"work: {args.prompts} prompts x {args.group} rollouts, <= {args.max_new} new tokens, {args.steps} steps")
-    print(f"ours: median step {o:.3f} s, {1 / o:.2f} steps/s, {tokens / o:.0f} generated tokens/s")
-    if trl_t:
-        t = statistics.median(trl_t)
+    print(f"ours: median step {o:.3f} s, {1 / o:.2f} steps/s, {tokens / o:.0f} generated tokens/s", flush=True)
+    theirs = contestant("trl", args)
+    if theirs:
+        t = statistics.median(theirs[0])
         print(f"TRL GRPOTrainer: median step {t:.3f} s, {1 / t:.2f} steps/s")
         print(f"ratio TRL step / our step: {t / o:.2f}x   target >= 1: {'met' if t >= o else 'NOT met'}")
 
