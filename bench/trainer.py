@@ -6,6 +6,8 @@
 Same tiny model (trainer/tiny_model.py), same prompts (the tiny task's train split), same batch (prompts x group),
 same sampling (temperature 1.0, top_p 1.0, top_k off, max_new tokens), one CPU process each, KL beta 0.1 against
 the frozen reference in both (ours: k1 in the reward, RLOO; TRL: its k3 in the loss), a learning rate of 1e-4.
+TRL runs twice: as it runs by default on one CPU process (plain PyTorch, no DeepSpeed), and on DeepSpeed ZeRO-3
+with the same ZeRO settings as ours, the like-for-like baseline (ours always runs ZeRO-3: that is the trainer).
 The first step of each is a warm-up and is not timed. Each trainer runs in its own fresh Python process, so
 neither inherits the other's state (DeepSpeed, for one, patches torch.nn.functional.linear process-wide).
 Printed: median step time, steps/s, generated tokens/s, and the ratio TRL / ours (target: >= 1, our step no
@@ -56,7 +58,15 @@ def ours(args) -> tuple[list[float], float]:
     return times[1:], statistics.mean(lengths) * args.prompts * args.group
 
 
-def trl(args) -> tuple[list[float], float]:
+# TRL on ZeRO-3: the settings our trainer uses on CPU (trainer/distributed.py), "auto" where HF fills them in.
+TRL_ZERO3 = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
+             "gradient_clipping": "auto", "bf16": {"enabled": False},
+             "zero_optimization": {"stage": 3, "memory_efficient_linear": False}}
+
+
+def trl(args, zero3: bool = False) -> tuple[list[float], float]:
+    import os
+
     import datasets
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -66,6 +76,10 @@ def trl(args) -> tuple[list[float], float]:
     from trainer.tasks import make_split
     from trainer.tiny_model import ensure_tiny_model
 
+    if zero3:  # a one-process "distributed" job, as our trainer sets up for itself outside Slurm
+        for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29531", "RANK": "0", "WORLD_SIZE": "1",
+                           "LOCAL_RANK": "0"}.items():
+            os.environ.setdefault(key, value)
     path = str(ensure_tiny_model())
     tok = AutoTokenizer.from_pretrained(path)
     rows = [{"prompt": [{"role": "user", "content": ex["problem"]}], "answer": ex["answer"]}
@@ -89,7 +103,7 @@ def trl(args) -> tuple[list[float], float]:
         output_dir=tempfile.mkdtemp(prefix="bench-trl-"), per_device_train_batch_size=args.prompts * args.group,
         num_generations=args.group, max_completion_length=args.max_new, max_steps=args.steps, learning_rate=1e-4,
         beta=0.1, temperature=1.0, top_p=1.0, top_k=0, use_cpu=True, report_to=[], logging_steps=10**6,
-        save_strategy="no", bf16=False, seed=0,
+        save_strategy="no", bf16=False, seed=0, deepspeed=TRL_ZERO3 if zero3 else None,
     )
     torch.manual_seed(0)
     trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(path), reward_funcs=reward, args=cfg,
@@ -119,11 +133,12 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--max-new", type=int, default=16)
-    ap.add_argument("--only", choices=("ours", "trl"), help=argparse.SUPPRESS)  # the child process's role
+    ap.add_argument("--only", choices=("ours", "trl", "trl-zero3"), help=argparse.SUPPRESS)  # a child's role
     args = ap.parse_args()
     if args.only:
         try:
-            times, tokens = (ours if args.only == "ours" else trl)(args)
+            run = {"ours": ours, "trl": trl, "trl-zero3": lambda a: trl(a, zero3=True)}[args.only]
+            times, tokens = run(args)
             print("RESULT " + json.dumps({"times": times, "tokens": tokens}))
         except ImportError as err:
             print("RESULT " + json.dumps({"missing": str(err)}))
@@ -133,11 +148,14 @@ def main() -> None:
     ours_t, tokens = contestant("ours", args)
     o = statistics.median(ours_t)
     print(f"ours: median step {o:.3f} s, {1 / o:.2f} steps/s, {tokens / o:.0f} generated tokens/s", flush=True)
-    theirs = contestant("trl", args)
-    if theirs:
+    for name, label in (("trl-zero3", "TRL GRPOTrainer on DeepSpeed ZeRO-3 (like for like)"),
+                        ("trl", "TRL GRPOTrainer, plain PyTorch (no DeepSpeed)")):
+        theirs = contestant(name, args)
+        if not theirs:
+            break
         t = statistics.median(theirs[0])
-        print(f"TRL GRPOTrainer: median step {t:.3f} s, {1 / t:.2f} steps/s")
-        print(f"ratio TRL step / our step: {t / o:.2f}x   target >= 1: {'met' if t >= o else 'NOT met'}")
+        print(f"{label}: median step {t:.3f} s, {1 / t:.2f} steps/s")
+        print(f"  ratio its step / our step: {t / o:.2f}x   target >= 1: {'met' if t >= o else 'NOT met'}", flush=True)
 
 
 if __name__ == "__main__":
