@@ -51,11 +51,13 @@ def response_logprobs(
     The logits are divided by the sampling temperature so that the log-probs are those of the distribution the
     rollout engine sampled from (at temperature 1.0, the paper's setting, this is the identity).
     """
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                position_ids=batch.position_ids, use_cache=False)
     R = batch.response_mask.shape[1]
-    # The token at column c is predicted by the logits at column c - 1.
-    logits = out.logits[:, batch.prompt_len - 1 : batch.prompt_len - 1 + R].float()
+    # The token at column c is predicted by the logits at column c - 1, so the responses need the last R + 1
+    # columns' logits only: no vocabulary-wide logits for the prompt (for a 150k vocabulary and long prompts,
+    # most of the logits memory).
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                position_ids=batch.position_ids, use_cache=False, logits_to_keep=R + 1)
+    logits = out.logits[:, :R].float()
     if temperature != 1.0:
         logits = logits / temperature
     logprobs = torch.log_softmax(logits, dim=-1)
