@@ -1,7 +1,7 @@
 """Benchmark: our trainer's steps/s and tokens/s against TRL's GRPOTrainer on the same work, on CPU.
 
     pip install -e '.[bench]'   # TRL, for this benchmark only
-    python bench/trainer.py [--steps 8] [--prompts 8] [--group 4] [--max-new 16]
+    python bench/trainer.py [--steps 16] [--prompts 8] [--group 4] [--max-new 16]
 
 Same tiny model (trainer/tiny_model.py), same prompts (the tiny task's train split), same batch (prompts x group),
 same sampling (temperature 1.0, top_p 1.0, top_k off, max_new tokens), one CPU process each, KL beta 0.1 against
@@ -129,7 +129,7 @@ def contestant(name: str, args) -> tuple[list[float], float] | None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--max-new", type=int, default=16)
