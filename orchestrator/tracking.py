@@ -8,7 +8,11 @@ Contract
 - Nothing is lost while the store is unreachable: events go to an `OfflineBuffer` in the run directory and are
   replayed in order on the next successful call, `flush()`, `close()` or reopen. An error that is not about
   reaching the store (a bad key, a param whose value changed) raises at once.
-- Keys are checked before anything is sent or buffered: MLflow refuses `@` (`val/pass@1`) among others.
+- Keys are checked before anything is sent or buffered (orchestrator/tracking_keys.py): MLflow refuses `@`
+  (`val/pass@1`) among others.
+- The sweep's parent run is RUNNING while any of its cells' jobs has it open; the watcher marks it FINISHED
+  (or FAILED) once every cell is final (`close_sweep_parent`), through the `mlflow_run.json` that each
+  opened cell leaves in its run directory.
 - `NullTracker` has the same interface and keeps everything in memory, for unit tests.
 """
 
@@ -18,7 +22,6 @@ import json
 import logging
 import os
 import posixpath
-import re
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -28,11 +31,19 @@ from trainer.atomic import atomic_write
 from trainer.metrics import TAG_COLLAPSE_REASON, TAG_COLLAPSE_STEP, TAG_COLLAPSE_VERDICT
 
 from .tracking_buffer import _BATCH, OfflineBuffer, is_transient  # noqa: F401  (re-exported for callers)
+from .tracking_keys import (  # noqa: F401  (re-exported for callers)
+    TrackingKeyError,
+    check_keys,
+    check_run_key,
+    flatten_params,
+    metric_points,
+)
 
 log = logging.getLogger(__name__)
 
 RUN_KEY_TAG, SWEEP_ID_TAG, PARENT_TAG = "run_key", "sweep_id", "mlflow.parentRunId"
 CLOSE_STATUSES = ("FINISHED", "FAILED", "KILLED")
+RUN_FILE = "mlflow_run.json"  # in each opened cell's run directory: where its run (and parent) live
 
 # Where the MLflow UI lands. Read from MLflow 3.17.2's UI bundle (mlflow/server/js/build/static/js: main.*.js
 # module 31080, 5439.*.chunk.js module 24546) and checked with headless Chromium:
@@ -46,49 +57,6 @@ CLOSE_STATUSES = ("FINISHED", "FAILED", "KILLED")
 # So both: the tag, for the UIs that read it, and links that carry the query (`experiment_url`), for 3.17.
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 UI_QUERY = "workflowType=machine_learning"
-
-
-class TrackingKeyError(ValueError):
-    """Keys MLflow would refuse; `problems` holds one line per bad key, each with its fix."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = list(problems)
-        lines = [f"{len(problems)} bad tracking key(s):", *(f"  - {p}" for p in problems)]
-        super().__init__("\n".join(lines))
-
-
-_KEY = re.compile(r"^[/\w.\- ]+$")  # MLflow's portable set (it also allows ':' except on Windows)
-
-
-def check_keys(keys: Iterable[Any], kind: str) -> None:
-    """Raise `TrackingKeyError` listing every key of `kind` ('metric', 'param', 'tag') that MLflow refuses."""
-    problems = []
-    for key in keys:
-        if not isinstance(key, str) or not key:
-            problems.append(f"{kind} key {key!r}: give a non-empty string")
-        elif "@" in key:
-            problems.append(f"{kind} key {key!r} contains '@', which MLflow refuses; "
-                            f"write {key.replace('@', '_at_')!r} (use '_at_')")
-        elif not _KEY.match(key):
-            problems.append(f"{kind} key {key!r} has a character MLflow refuses; "
-                            f"use letters, digits, '_', '-', '.', '/' and spaces")
-        elif len(key) > 250 or posixpath.normpath(key) != key or key.startswith("/"):
-            problems.append(f"{kind} key {key!r}: at most 250 characters, no leading, trailing or double "
-                            f"'/', no '.' or '..' parts (MLflow treats names as paths)")
-    if problems:
-        raise TrackingKeyError(problems)
-
-
-def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    """{'kl': {'beta': 0.1}} -> {'kl.beta': '0.1'}: MLflow params are flat strings."""
-    flat: dict[str, str] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten_params(value, f"{name}."))
-        else:
-            flat[name] = str(value)
-    return flat
 
 
 def collapse_tags(verdict: Mapping[str, Any]) -> dict[str, str]:
@@ -109,21 +77,6 @@ def experiment_url(tracking_uri: str, experiment_id: str) -> str | None:
     if not tracking_uri.startswith(("http://", "https://")):
         return None
     return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs?{UI_QUERY}"
-
-
-def metric_points(metrics: Mapping[str, Any], step: int, timestamp_ms: int | None = None) -> list[list]:
-    """Check keys and values; return [[key, value, step, timestamp_ms], ...], the buffer's metric format."""
-    check_keys(metrics, "metric")
-    bad = []
-    for key, value in metrics.items():
-        try:
-            float(value)
-        except (TypeError, ValueError):
-            bad.append(f"metric {key!r}: value {value!r} is not a number")
-    if bad or not isinstance(step, int) or isinstance(step, bool):
-        raise TrackingKeyError(bad or [f"step {step!r}: give an integer"])
-    ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
-    return [[key, float(value), step, ts] for key, value in metrics.items()]
 
 
 class Tracker(Protocol):
@@ -191,12 +144,6 @@ class NullTracker:
         if status not in CLOSE_STATUSES:
             raise ValueError(f"status {status!r}; valid: {', '.join(CLOSE_STATUSES)}")
         self.status = status
-
-
-def check_run_key(run_key: str) -> None:
-    # A run_key goes into a search filter between quotes; it is a hash, so only safe characters are allowed.
-    if not isinstance(run_key, str) or not re.fullmatch(r"[\w.\-]{1,200}", run_key):
-        raise ValueError(f"run_key {run_key!r}: use letters, digits, '_', '-', '.' (a hash of the cell)")
 
 
 class MlflowTracker:
@@ -345,12 +292,18 @@ class MlflowTracker:
         experiment_id = self._experiment(a["experiment"], a["artifact_location"])
         sweep = {SWEEP_ID_TAG: a["sweep_id"]} if a["sweep_id"] else {}
         tags = {**a["tags"], **sweep, RUN_KEY_TAG: a["run_key"]}
+        parent = None
         if a["parent_run_key"]:
             parent = self._find_or_create(experiment_id, a["parent_run_key"], a["parent_run_key"],
                                           {**sweep, RUN_KEY_TAG: a["parent_run_key"]})
             tags[PARENT_TAG] = parent
+            client.update_run(parent, status="RUNNING")  # the watcher closed it, and now a cell runs again
         run_id = self._find_or_create(experiment_id, a["run_key"], a["run_name"] or a["run_key"], tags)
         client.update_run(run_id, status="RUNNING")  # a reopened run was FINISHED/FAILED/KILLED
+        # The eval job reopens the run without a parent: keep the one the training job found.
+        parent = parent or read_run_file(self.run_dir).get("parent_run_id")
+        atomic_write(self.run_dir / RUN_FILE, json.dumps({"tracking_uri": a["tracking_uri"], "run_id": run_id,
+                                                          "experiment_id": experiment_id, "parent_run_id": parent}))
         self._send(run_id, {"kind": "params", "values": a["params"]})
         self._send(run_id, {"kind": "tags", "values": tags})
         self.experiment_id, self.run_id = experiment_id, run_id
@@ -416,3 +369,35 @@ class MlflowTracker:
 
     def _already_logged(self, keys: set[str]) -> set[tuple[str, int]]:
         return {(key, m.step) for key in keys for m in self._client.get_metric_history(self.run_id, key)}
+
+
+def read_run_file(run_dir: Path) -> dict:
+    """What `mlflow_run.json` in `run_dir` says (tracking_uri, experiment_id, run_id, parent_run_id), or {}."""
+    try:
+        return json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def close_sweep_parent(run_dirs: Iterable[Path], status: str) -> str:
+    """Mark the sweep's parent run terminated with `status`, found through the first cell that opened its run.
+    Returns what was done, for the person watching; an unreachable store is reported, not raised: the parent's
+    status is cosmetic, and the next `orchestrate watch` of the settled sweep tries again."""
+    if status not in CLOSE_STATUSES:
+        raise ValueError(f"status {status!r}; valid: {', '.join(CLOSE_STATUSES)}")
+    for run_dir in run_dirs:
+        info = read_run_file(Path(run_dir))
+        if info.get("parent_run_id"):
+            break
+    else:
+        return "no cell has opened an MLflow run under a sweep parent; nothing to close"
+    from mlflow import MlflowClient
+
+    try:
+        MlflowClient(tracking_uri=info["tracking_uri"]).set_terminated(info["parent_run_id"], status)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        return f"MLflow store unreachable ({exc}); the sweep's parent run keeps its status"
+    return f"MLflow: sweep parent run {info['parent_run_id']} marked {status}"
+
