@@ -14,7 +14,7 @@ from orchestrator.commands.validate import console
 from orchestrator.ledger import Ledger, cell_status
 from orchestrator.slurm_query import available
 from orchestrator.submit import load_options, make_backend
-from orchestrator.watch import Watcher, settled, submit_as_job
+from orchestrator.watch import Watcher, close_parent, settled, submit_as_job
 
 EXAMPLES = """examples:
   orchestrate watch runs/onpolicy
@@ -75,6 +75,8 @@ def follow(sweep_dir: Path, backend, max_retries: int, poll_s: float, timeout_s:
     out.print(f"{sweep_dir.name}: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
     if not settled(records):
         out.print(f"stopped following; the jobs go on. `orchestrate watch {sweep_dir}` picks it up again")
+    else:
+        out.print(close_parent(records))
     done = all((r.get("final") or {}).get("status") == "completed" for r in records.values())
     return 0 if records and done else 1
 

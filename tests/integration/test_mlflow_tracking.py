@@ -205,3 +205,23 @@ def test_the_experiment_link_lands_on_the_runs_table(server, tmp_path):
     # The runs table, with the cell nested (collapsed) under its sweep's parent row: 2 runs, 1 row shown.
     assert "runs-search-autocomplete" in dom, "the page is not the runs table"
     assert "sweep1" in dom and "<strong>2</strong> matching runs" in dom
+
+
+def test_sweep_parent_is_closed_when_settled_and_reopened_by_a_resubmitted_cell(tmp_path):
+    from orchestrator.tracking import close_sweep_parent, read_run_file
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    cell = open_cell(tmp_path / "cellA", uri, "cellA", retry_after_s=0)
+    cell.close()
+    parent = read_run_file(tmp_path / "cellA")["parent_run_id"]
+    client = mlflow.MlflowClient(uri)
+    assert client.get_run(parent).info.status == "RUNNING"
+    # The eval job reopens the cell without a parent: the file keeps the one training found.
+    MlflowTracker(tmp_path / "cellA", retry_after_s=0).open_run("cellA", "sweep-test", uri, {}, {})
+    assert read_run_file(tmp_path / "cellA")["parent_run_id"] == parent
+    assert "marked FAILED" in close_sweep_parent([tmp_path / "nothing-here", tmp_path / "cellA"], "FAILED")
+    run = client.get_run(parent)
+    assert run.info.status == "FAILED" and run.info.end_time is not None
+    open_cell(tmp_path / "cellA", uri, "cellA", retry_after_s=0)  # resubmitted with --retry-failed
+    assert client.get_run(parent).info.status == "RUNNING"
+    assert "nothing to close" in close_sweep_parent([tmp_path / "nothing-here"], "FINISHED")

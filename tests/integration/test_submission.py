@@ -225,3 +225,14 @@ def test_one_real_cell_trains_the_tiny_model_on_two_ranks_and_is_evaluated(make)
     logs = [Path(train["stdout"].replace("_0_log", f"_{rank}_log")) for rank in (0, 1)]
     assert all("global_rank" in log.read_text() for log in logs)  # srun ran one task per rank
     assert json.loads((run_dir / "verdict.json").read_text())["verdict"] in ("stable", "unstable", "collapsed")
+    # The sweep's parent MLflow run: RUNNING while its cell trained, FINISHED once the watcher saw it settle.
+    from mlflow import MlflowClient
+
+    from orchestrator.tracking import read_run_file
+    from orchestrator.watch import close_parent
+
+    where = read_run_file(run_dir)
+    client = MlflowClient(where["tracking_uri"])
+    assert client.get_run(where["parent_run_id"]).info.status == "RUNNING"
+    assert "marked FINISHED" in close_parent({cell.run_key: record})
+    assert client.get_run(where["parent_run_id"]).info.status == "FINISHED"

@@ -157,3 +157,15 @@ def test_a_relaunch_submits_only_what_is_missing():
     again = triage(recs, keys, retry_failed=True)
     assert set(again.train) == {"lost", "new", "failed", "deciding"} and set(again.reopened) == {"failed"}
     assert "collapsed" not in again.train
+
+
+def test_sweep_status_of_a_settled_sweep():
+    from orchestrator.watch import sweep_status
+
+    def records(*ends):
+        return {str(i): {"final": {"status": e}} for i, e in enumerate(ends)}
+
+    assert sweep_status(records("completed", "collapsed")) == "FINISHED"  # a collapse is a result
+    assert sweep_status(records("completed", "cancelled")) == "KILLED"
+    assert sweep_status(records("cancelled", "gave_up")) == "FAILED"
+    assert sweep_status(records("completed", "out_of_memory")) == "FAILED"
