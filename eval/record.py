@@ -127,5 +127,8 @@ def log_to_run(target, cfg, tasks, per_seed, settings, step, root, files, tracki
                     "pid": os.getpid()}
             atomic_write_text(root / f"{task}.done.json", json.dumps(mark, indent=1, sort_keys=True))
     finally:
-        tracker.close("FINISHED")
+        # The training's status stays: evaluating a FAILED or KILLED run does not make it FINISHED, and an
+        # evaluation that fails is the ledger's business, not the training run's.
+        before = tracker.status_before
+        tracker.close(before if before in ("FINISHED", "FAILED", "KILLED") else "FINISHED")
     return tracker.run_id

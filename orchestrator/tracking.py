@@ -167,6 +167,7 @@ class MlflowTracker:
         self.retry_after_s = retry_after_s
         self.run_id: str | None = None
         self.experiment_id: str | None = None
+        self.status_before: str | None = None  # the run's status when this tracker opened it
         self._args: dict | None = None
         self._client: Any = None
         self._down_until: float | None = None  # monotonic deadline while the store is unreachable
@@ -299,7 +300,9 @@ class MlflowTracker:
             tags[PARENT_TAG] = parent
             client.update_run(parent, status="RUNNING")  # the watcher closed it, and now a cell runs again
         run_id = self._find_or_create(experiment_id, a["run_key"], a["run_name"] or a["run_key"], tags)
-        client.update_run(run_id, status="RUNNING")  # a reopened run was FINISHED/FAILED/KILLED
+        # A reopened run was FINISHED/FAILED/KILLED (a new one is RUNNING); the eval job puts it back on close.
+        self.status_before = client.get_run(run_id).info.status
+        client.update_run(run_id, status="RUNNING")
         # The eval job reopens the run without a parent: keep the one the training job found.
         parent = parent or read_run_file(self.run_dir).get("parent_run_id")
         atomic_write(self.run_dir / RUN_FILE, json.dumps({"tracking_uri": a["tracking_uri"], "run_id": run_id,

@@ -225,3 +225,15 @@ def test_sweep_parent_is_closed_when_settled_and_reopened_by_a_resubmitted_cell(
     open_cell(tmp_path / "cellA", uri, "cellA", retry_after_s=0)  # resubmitted with --retry-failed
     assert client.get_run(parent).info.status == "RUNNING"
     assert "nothing to close" in close_sweep_parent([tmp_path / "nothing-here"], "FINISHED")
+
+
+def test_a_reopening_tracker_knows_the_status_it_found(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    first = open_cell(tmp_path / "cellA", uri, "cellA", retry_after_s=0)
+    assert first.status_before == "RUNNING"  # just created
+    first.close("FAILED")
+    again = MlflowTracker(tmp_path / "cellA", retry_after_s=0)  # the eval job
+    again.open_run("cellA", "sweep-test", uri, {}, {})
+    assert again.status_before == "FAILED"
+    again.close(again.status_before)
+    assert mlflow.MlflowClient(uri).get_run(first.run_id).info.status == "FAILED"
