@@ -90,6 +90,9 @@ class SlurmProfile:
     array_parallelism: int = 16
     max_array_size: int = 1000
     by_model_size: tuple[SizeClass, ...] = ()
+    # Seconds between Slurm's warning signal and the end of a job: the trainer checkpoints at the next step
+    # boundary, so it must cover one step plus one checkpoint (`--signal-delay` overrides it per submission).
+    signal_delay_s: int = 90
 
     def __post_init__(self) -> None:
         raise_if(self.problems(), f"slurm profile {self.name}")
@@ -101,6 +104,9 @@ class SlurmProfile:
         _str(p, f"{path}.qos", self.qos, optional=True)
         _int(p, f"{path}.array_parallelism", self.array_parallelism, 1)
         _int(p, f"{path}.max_array_size", self.max_array_size, 1)
+        _int(p, f"{path}.signal_delay_s", self.signal_delay_s, 1)
+        if isinstance(self.signal_delay_s, int) and self.signal_delay_s > 65535:
+            p.append(f"{path}.signal_delay_s: {self.signal_delay_s}; Slurm's --signal allows at most 65535 s")
         return p
 
     def train_resources(self, params_b: float | None) -> SlurmResources:
@@ -117,10 +123,10 @@ class SlurmProfile:
         problems: list[str] = []
         if not isinstance(data, Mapping):
             raise_if([f"{path}: {data!r} is not a mapping; see slurm/profiles/local.yaml"], f"slurm profile {name}")
-        valid = ("partition", "account", "qos", "array_parallelism", "max_array_size", "eval", "by_model_size",
-                 *RESOURCE_KEYS)
+        scalars = ("partition", "account", "qos", "array_parallelism", "max_array_size", "signal_delay_s")
+        valid = (*scalars, "eval", "by_model_size", *RESOURCE_KEYS)
         problems += [f"{path}.{k}: unknown key; valid: {', '.join(valid)}" for k in data if k not in valid]
-        top = {k: data[k] for k in valid[:5] if k in data}
+        top = {k: data[k] for k in scalars if k in data}
         train = build(SlurmResources, {k: data[k] for k in RESOURCE_KEYS if k in data}, path, problems)
         evals = build(SlurmResources, data.get("eval"), f"{path}.eval", problems)
         sizes = _size_classes(data.get("by_model_size", []), train, f"{path}.by_model_size", problems)
@@ -135,7 +141,8 @@ class SlurmProfile:
 
     def to_dict(self) -> dict:
         out = {"name": self.name, "partition": self.partition, "account": self.account, "qos": self.qos,
-               "array_parallelism": self.array_parallelism, "max_array_size": self.max_array_size}
+               "array_parallelism": self.array_parallelism, "max_array_size": self.max_array_size,
+               "signal_delay_s": self.signal_delay_s}
         out.update(_resources_dict(self.train))
         out["eval"] = _resources_dict(self.eval)
         out["by_model_size"] = [{"max_params_b": s.max_params_b, **_resources_dict(s.resources)}

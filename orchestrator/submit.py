@@ -110,7 +110,7 @@ class Options:
     timeout, and the job entries ("module:function" taking a run dir)."""
 
     executor: str = "auto"
-    signal_delay_s: int = 90  # submitit's default; raise it (--signal-delay) when a step + checkpoint take longer
+    signal_delay_s: int = 90  # submitit's default; `orchestrate sweep` passes the profile's (or --signal-delay)
     requeue: bool = True
     max_num_timeout: int = 3
     train_entry: str = jobs.TRAIN_ENTRY
@@ -179,7 +179,7 @@ def render_sbatch(sweep: Sweep, plan: Plan, group: JobGroup, python: str | None 
     folder = log_folder(sweep).absolute()
     command = " ".join([shlex.quote(python or sys.executable), "-u -m submitit.core._submit",
                         shlex.quote(str(folder))])
-    return _make_sbatch_string(command=command, folder=folder, signal_delay_s=Options().signal_delay_s,
+    return _make_sbatch_string(command=command, folder=folder, signal_delay_s=sweep.profile.signal_delay_s,
                                **sbatch_parameters(sweep, plan, group))
 
 

@@ -49,9 +49,9 @@ def register(subparsers) -> None:
     parser.add_argument("--watch", action="store_true", help="follow the sweep after submitting (orchestrate watch)")
     parser.add_argument("--retry-failed", action="store_true",
                         help="also resubmit cells that ended unsuccessfully or were cancelled (never collapsed ones)")
-    parser.add_argument("--signal-delay", type=int, default=Options.signal_delay_s, metavar="S",
-                        help=f"seconds between the warning signal and the end of a job: time to checkpoint "
-                             f"(default {Options.signal_delay_s})")
+    parser.add_argument("--signal-delay", type=int, default=None, metavar="S",
+                        help="seconds between the warning signal and the end of a job: time for one step and a "
+                             "checkpoint (default: the Slurm profile's signal_delay_s)")
     parser.add_argument("--no-requeue", action="store_true",
                         help="jobs may not be requeued by Slurm: a node failure ends them, the watcher resubmits")
     parser.add_argument("--train-entry", default=Options.train_entry, metavar="MODULE:FUNCTION",
@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
         out.print(line, soft_wrap=True)
     out.print(f"wrote {done.written} run dir(s) ({done.unchanged} unchanged, {done.kept} kept as they were) "
               f"and {done.sweep_dir / 'manifest.json'}")
-    options = Options(executor=args.executor, signal_delay_s=args.signal_delay, requeue=not args.no_requeue,
+    delay = args.signal_delay if args.signal_delay is not None else sweep.profile.signal_delay_s
+    options = Options(executor=args.executor, signal_delay_s=delay, requeue=not args.no_requeue,
                       train_entry=args.train_entry, eval_entry=args.eval_entry)
     sweep_dir = done.sweep_dir.absolute()
     backend = make_backend(sweep_dir, options)

@@ -55,7 +55,7 @@ def test_sbatch_scripts_render_through_submitit():
     assert train.startswith("#!/bin/bash")
     for line in ("#SBATCH --array=0-101%8", "#SBATCH --job-name=onpolicy-train-0", "#SBATCH --nodes=2",
                  "#SBATCH --gpus-per-node=4", "#SBATCH --ntasks-per-node=4", "#SBATCH --partition=gpu",
-                 "#SBATCH --time=1440", "#SBATCH --mem=400G", "#SBATCH --signal=USR2@90"):
+                 "#SBATCH --time=1440", "#SBATCH --mem=400G", "#SBATCH --signal=USR2@600"):
         assert line in train.splitlines(), line
     assert "python -u -m submitit.core._submit" in train
     evaluation = render_sbatch(sweep, plan, plan.groups[1], python="python")

@@ -24,6 +24,7 @@ def test_a100_profile_is_the_papers_hardware():
     assert (small.nodes, small.gpus_per_node) == (1, 4)  # Qwen3-4B-Instruct-2507: 1 node x 4 A100
     assert a100.train_resources(None) == big == a100.train_resources(70)  # unknown or larger: the defaults
     assert a100.eval.gpus_per_node >= 1
+    assert a100.signal_delay_s == 600  # a 7B step and its ZeRO-3 checkpoint, not submitit's 90 s
 
 
 def test_local_profile_is_the_dev_cluster():
@@ -40,6 +41,11 @@ def test_profile_problems_all_at_once():
     text = str(err.value)
     for expected in ("slurm.queue: unknown key", "slurm.nodes: 0", "slurm.gpus_per_node: -1", "slurm.mem_gb: 'lots'",
                      "slurm.eval.time_min: 0", "slurm.by_model_size[0]", "slurm.partition: missing"):
+        assert expected in text
+    with pytest.raises(ConfigError) as err:
+        SlurmProfile.from_dict({"partition": "p", "signal_delay_s": 70000}, "bad")
+    text = str(err.value)
+    for expected in ("slurm.signal_delay_s: 70000; Slurm's --signal allows at most 65535 s",):
         assert expected in text
 
 

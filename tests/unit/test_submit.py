@@ -76,7 +76,7 @@ def test_the_dry_run_script_carries_the_snapshot_requeue_and_signal():
     sweep = load_sweep(SWEEPS / "onpolicy.yaml")
     plan = make_plan(sweep)
     script = render_sbatch(sweep, plan, plan.groups[1], python="python").splitlines()
-    for line in ("#SBATCH --requeue", "#SBATCH --kill-on-invalid-dep=yes", "#SBATCH --signal=USR2@90",
+    for line in ("#SBATCH --requeue", "#SBATCH --kill-on-invalid-dep=yes", "#SBATCH --signal=USR2@600",
                  "export PYTHONSAFEPATH=1"):
         assert line in script, line
     assert any(line.startswith("export PYTHONPATH=") and "runs/onpolicy/code/" in line for line in script)
