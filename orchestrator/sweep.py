@@ -13,7 +13,6 @@ as one ConfigError, and a missing or unreadable file as a UserError: never a tra
 from __future__ import annotations
 
 import itertools
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from orchestrator.config_tree import NotPlain, edit, has_interpolation, interpolated_paths, lookup, resolve_references
 from orchestrator.errors import ConfigError, UserError
 from orchestrator.identity import cell_name, format_value, run_key
 from orchestrator.schema import (
@@ -91,7 +91,7 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
         header = head.get("sweep")
         for o in (o for o in cli if o.key_or_group.startswith("sweep.")):  # e.g. sweep.seeds=range(0,3)
             value = o.input_line.split("=", 1)[1] if o.is_sweep_override() else None if o.is_delete() else o.value()
-            header = _edit(header if isinstance(header, Mapping) else {}, o.key_or_group.removeprefix("sweep."),
+            header = edit(header if isinstance(header, Mapping) else {}, o.key_or_group.removeprefix("sweep."),
                            value, o.is_delete())
         spec = _spec(header, path.stem, problems)
         if spec is None:
@@ -281,10 +281,10 @@ class _Base:
 
     def resolve(self, data: dict, edits: list[tuple[str, Any]]) -> dict:
         try:  # plain `${a.b}` references by dict lookup: OmegaConf takes 3 ms a cell, 30 s for 10k cells
-            for path in self.paths + [k for k, v in edits if _has_interpolation(v)]:
-                data = _edit(data, path, _reference(data, _lookup(data, path)))
+            for path in self.paths + [k for k, v in edits if has_interpolation(v)]:
+                data = edit(data, path, resolve_references(data, lookup(data, path)))
             return data
-        except _NotPlain:
+        except NotPlain:
             return OmegaConf.to_container(OmegaConf.create(data), resolve=True)
 
 
@@ -309,19 +309,19 @@ class _Bases:
             return f"the composed config is a {type(composed).__name__}, not a mapping"
         data = {k: v for k, v in composed.items() if k != "sweep"}
         for o in self.fixed:
-            data = _edit(data, o.key_or_group, None if o.is_delete() else o.value(), o.is_delete())
+            data = edit(data, o.key_or_group, None if o.is_delete() else o.value(), o.is_delete())
         tracking = data.get("tracking")
         if tracking is None or (isinstance(tracking, Mapping) and not tracking.get("experiment")):
-            data = _edit(data, "tracking.experiment", self.sweep_name)
-        return _Base(data, _interpolated_paths(data))
+            data = edit(data, "tracking.experiment", self.sweep_name)
+        return _Base(data, interpolated_paths(data))
 
 
 def _cell(base: _Base, edits, cell_axes, profile, label, failures) -> Cell | None:
     data = base.data
     for key, value in edits:
-        data = _edit(data, key, value)
+        data = edit(data, key, value)
     problems: list[str] = []
-    if base.paths or any(_has_interpolation(v) for _, v in edits):
+    if base.paths or any(has_interpolation(v) for _, v in edits):
         try:
             data = base.resolve(data, edits)
         except (OmegaConfBaseException, ValueError, TypeError) as err:
@@ -339,76 +339,6 @@ def _cell(base: _Base, edits, cell_axes, profile, label, failures) -> Cell | Non
     if problems or config is None or resources is None:
         return None
     return Cell(0, "", run_key(config), cell_axes, config, resources)
-
-
-def _edit(data: Mapping, dotted: str, value: Any, delete: bool = False) -> dict:
-    """A copy of `data` with `dotted` set (or deleted); only the dicts on the path are copied."""
-    keys = dotted.split(".")
-    root = dict(data)
-    node = root
-    for k in keys[:-1]:
-        child = node.get(k)
-        node[k] = dict(child) if isinstance(child, Mapping) else {}
-        node = node[k]
-    if delete:
-        node.pop(keys[-1], None)
-    else:
-        node[keys[-1]] = value
-    return root
-
-
-_REFERENCE = re.compile(r"\$\{([A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)\}")
-
-
-class _NotPlain(Exception):
-    """An interpolation that only OmegaConf resolves (a resolver, a relative key, an escape, a missing key:
-    OmegaConf words that error best)."""
-
-
-def _reference(data: Mapping, value: Any, depth: int = 0) -> Any:
-    """`value` with its plain absolute `${a.b}` references replaced, as OmegaConf would."""
-    if not isinstance(value, str) or "${" not in value:
-        return value
-    if depth > 8 or "\\" in value:
-        raise _NotPlain
-    whole = _REFERENCE.fullmatch(value)
-    if whole:  # the whole string is one reference: the referenced value keeps its type
-        return _reference(data, _lookup(data, whole.group(1)), depth + 1)
-    if "${" in _REFERENCE.sub("", value):
-        raise _NotPlain
-    return _REFERENCE.sub(lambda m: str(_reference(data, _lookup(data, m.group(1)), depth + 1)), value)
-
-
-def _lookup(data: Mapping, dotted: str) -> Any:
-    node: Any = data
-    for key in dotted.split("."):
-        if not isinstance(node, Mapping) or key not in node:
-            raise _NotPlain
-        node = node[key]
-    if isinstance(node, (Mapping, list)) and _has_interpolation(node):
-        raise _NotPlain
-    return node
-
-
-def _interpolated_paths(data: Mapping, prefix: str = "") -> list[str]:
-    paths = []
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            paths += _interpolated_paths(value, path + ".")
-        elif _has_interpolation(value):
-            paths.append(path)
-    return paths
-
-
-def _has_interpolation(value: Any) -> bool:
-    if isinstance(value, str):
-        return "${" in value
-    if isinstance(value, Mapping):
-        return any(_has_interpolation(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_interpolation(v) for v in value)
-    return False
 
 
 def _label(axes: tuple[tuple[str, Any], ...]) -> str:
