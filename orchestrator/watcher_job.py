@@ -13,7 +13,8 @@ from orchestrator.errors import UserError
 from orchestrator.ledger import Ledger
 from orchestrator.rundirs import atomic_write
 from orchestrator.submit import SlurmBackend, load_options, submit_watcher
-from orchestrator.watch import Watcher, close_parent, settled
+from orchestrator.sweep_run import close_parent
+from orchestrator.watch import Watcher, settled
 
 
 def watch_job(sweep_dir: str, max_retries: int = 3, poll_s: float = 60.0, time_min: int = 60) -> str:

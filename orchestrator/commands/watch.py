@@ -14,7 +14,8 @@ from orchestrator.commands.validate import console
 from orchestrator.ledger import Ledger, cell_status
 from orchestrator.slurm_query import available
 from orchestrator.submit import load_options, make_backend
-from orchestrator.watch import Watcher, close_parent, settled
+from orchestrator.sweep_run import close_parent
+from orchestrator.watch import Watcher, settled
 from orchestrator.watcher_job import submit_as_job
 
 EXAMPLES = """examples:

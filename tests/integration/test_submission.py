@@ -228,8 +228,8 @@ def test_one_real_cell_trains_the_tiny_model_on_two_ranks_and_is_evaluated(make)
     # The sweep's parent MLflow run: RUNNING while its cell trained, FINISHED once the watcher saw it settle.
     from mlflow import MlflowClient
 
+    from orchestrator.sweep_run import close_parent
     from orchestrator.tracking import read_run_file
-    from orchestrator.watch import close_parent
 
     where = read_run_file(run_dir)
     client = MlflowClient(where["tracking_uri"])
