@@ -101,7 +101,7 @@ def log_to_run(target, cfg, tasks, per_seed, settings, step, root, files, tracki
                model_dir) -> str | None:
     """Means over seeds into the MLflow run of `target` (reopened by run_key), the files as artifacts, then the
     markers. The tracker buffers in the run dir while the store is unreachable, so nothing is lost."""
-    from orchestrator.tracking import MlflowTracker
+    from orchestrator.tracking import CLOSE_STATUSES, MlflowTracker
     from trainer.train import default_tracking_uri
 
     run_dir = root.parents[1]
@@ -130,5 +130,5 @@ def log_to_run(target, cfg, tasks, per_seed, settings, step, root, files, tracki
         # The training's status stays: evaluating a FAILED or KILLED run does not make it FINISHED, and an
         # evaluation that fails is the ledger's business, not the training run's.
         before = tracker.status_before
-        tracker.close(before if before in ("FINISHED", "FAILED", "KILLED") else "FINISHED")
+        tracker.close(before if before in CLOSE_STATUSES else "FINISHED")
     return tracker.run_id

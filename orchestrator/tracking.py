@@ -38,6 +38,7 @@ from .tracking_keys import (  # noqa: F401  (re-exported for callers)
     flatten_params,
     metric_points,
 )
+from .tracking_ui import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, UI_QUERY, experiment_url  # noqa: F401  (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -45,18 +46,6 @@ RUN_KEY_TAG, SWEEP_ID_TAG, PARENT_TAG = "run_key", "sweep_id", "mlflow.parentRun
 CLOSE_STATUSES = ("FINISHED", "FAILED", "KILLED")
 RUN_FILE = "mlflow_run.json"  # in each opened cell's run directory: where its run (and parent) live
 
-# Where the MLflow UI lands. Read from MLflow 3.17.2's UI bundle (mlflow/server/js/build/static/js: main.*.js
-# module 31080, 5439.*.chunk.js module 24546) and checked with headless Chromium:
-# - `#/experiments/<id>` redirects to a tab chosen by a *global* "workflow type" (the sidebar switch
-#   "GenAI | Model training"), taken from the URL query `workflowType=` or else the browser's localStorage
-#   `mlflow.workflowType`, default `genai`. genai lands on "Overview" (SQL stores) or "Traces" (file store);
-#   `machine_learning` lands on "Runs".
-# - The per-experiment tag `mlflow.experimentKind` (`genai_development` / `custom_model_development`) is read
-#   only while that global switch is off; 3.17.2 hard-codes it on, so a tagged experiment still opened on
-#   Overview.
-# So both: the tag, for the UIs that read it, and links that carry the query (`experiment_url`), for 3.17.
-EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
-UI_QUERY = "workflowType=machine_learning"
 
 
 def collapse_tags(verdict: Mapping[str, Any]) -> dict[str, str]:
@@ -69,14 +58,6 @@ def collapse_tags(verdict: Mapping[str, Any]) -> dict[str, str]:
 def mark_collapse(tracker: Tracker, verdict: Mapping[str, Any]) -> None:
     """Record a run's collapse verdict as `collapse/*` tags, so runs can be filtered by it in the UI."""
     tracker.set_tags(collapse_tags(verdict))
-
-
-def experiment_url(tracking_uri: str, experiment_id: str) -> str | None:
-    """The link to give a person: it opens the runs table on MLflow 3.17 (see UI_QUERY); None for a local
-    store, which has no UI of its own."""
-    if not tracking_uri.startswith(("http://", "https://")):
-        return None
-    return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs?{UI_QUERY}"
 
 
 class Tracker(Protocol):
@@ -295,13 +276,15 @@ class MlflowTracker:
         tags = {**a["tags"], **sweep, RUN_KEY_TAG: a["run_key"]}
         parent = None
         if a["parent_run_key"]:
-            parent = self._find_or_create(experiment_id, a["parent_run_key"], a["parent_run_key"],
-                                          {**sweep, RUN_KEY_TAG: a["parent_run_key"]})
-            tags[PARENT_TAG] = parent
-            client.update_run(parent, status="RUNNING")  # the watcher closed it, and now a cell runs again
-        run_id = self._find_or_create(experiment_id, a["run_key"], a["run_name"] or a["run_key"], tags)
+            found = self._find_or_create(experiment_id, a["parent_run_key"], a["parent_run_key"],
+                                         {**sweep, RUN_KEY_TAG: a["parent_run_key"]})
+            parent = tags[PARENT_TAG] = found.run_id
+            if found.status != "RUNNING":  # the watcher closed it, and now a cell runs again
+                client.update_run(parent, status="RUNNING")
+        info = self._find_or_create(experiment_id, a["run_key"], a["run_name"] or a["run_key"], tags)
+        run_id = info.run_id
         # A reopened run was FINISHED/FAILED/KILLED (a new one is RUNNING); the eval job puts it back on close.
-        self.status_before = client.get_run(run_id).info.status
+        self.status_before = info.status
         client.update_run(run_id, status="RUNNING")
         # The eval job reopens the run without a parent: keep the one the training job found.
         parent = parent or read_run_file(self.run_dir).get("parent_run_id")
@@ -334,21 +317,22 @@ class MlflowTracker:
             client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return experiment.experiment_id
 
-    def _find_or_create(self, experiment_id: str, run_key: str, run_name: str, tags: dict) -> str:
+    def _find_or_create(self, experiment_id: str, run_key: str, run_name: str, tags: dict):
+        """The MLflow RunInfo (id, status) of the run tagged `run_key`, created when there is none."""
         found = self._runs_with_key(experiment_id, run_key)
         if found:
             return found[0]
         created = self._client.create_run(experiment_id, run_name=run_name, tags=tags).info.run_id
         # Two jobs can both miss and both create: each keeps the oldest run for the key and drops its own.
         oldest = self._runs_with_key(experiment_id, run_key)[0]
-        if oldest != created:
+        if oldest.run_id != created:
             self._client.delete_run(created)
         return oldest
 
-    def _runs_with_key(self, experiment_id: str, run_key: str) -> list[str]:
+    def _runs_with_key(self, experiment_id: str, run_key: str) -> list:
         runs = self._client.search_runs([experiment_id], filter_string=f"tags.{RUN_KEY_TAG} = '{run_key}'",
                                         max_results=100)
-        return [r.info.run_id for r in sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))]
+        return [r.info for r in sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))]
 
     def _send(self, run_id: str, event: dict) -> None:
         from mlflow.entities import Metric, Param, RunTag

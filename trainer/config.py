@@ -34,6 +34,9 @@ from .config_objective import (  # noqa: F401  (re-exported: the rest of the pro
     KLConfig,
 )
 
+# --- The run config: one frozen dataclass per component, composed by RunConfig --------------------------
+# Defaults are the paper's on-policy setting (section 4.1 and appendix B) where the paper gives a number.
+
 TINY_MODEL = "tiny"  # model.name_or_path of the project's own tiny CPU model (trainer/tiny_model.py)
 DTYPES = ("bf16", "fp32", "auto")
 DATASETS = ("math", "countdown", "tiny")

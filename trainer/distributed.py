@@ -118,7 +118,7 @@ def deepspeed_config(*, bf16: bool, grad_clip: float | None, micro_batches: int,
     `memory_efficient_linear` (DeepSpeed's default) replaces torch.nn.functional.linear process-wide with an
     autograd Function that re-gathers weights in backward: it saves GPU memory on large models, and on CPU only
     costs time, in every linear of every module (the frozen reference and generation included). The trainer turns
-    it off on CPU (bench/trainer.py measures the difference)."""
+    it off on CPU (docs/trainer.md, "Speed")."""
     return {
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": micro_batches,
@@ -132,19 +132,17 @@ def deepspeed_config(*, bf16: bool, grad_clip: float | None, micro_batches: int,
     }
 
 
-def hook_whole_layers(model) -> list[str]:
+def hook_whole_layers(model) -> None:
     """Make each decoder layer (the classes HF lists in `_no_split_modules`) a ZeRO-3 leaf: DeepSpeed then hooks,
     fetches and releases a layer as one unit instead of each of its ~10 submodules. Gradients are unchanged
     (tests/integration/test_trainer.py checks the weights); on CPU the per-module hooks are most of a small
-    model's step overhead, and this cuts the policy's forward + backward by about a fifth (docs/trainer.md).
-    Returns the class names made leaves."""
+    model's step overhead, and this cuts the policy's forward + backward by about a fifth (docs/trainer.md)."""
     from deepspeed.utils import set_z3_leaf_modules
 
     names = set(getattr(model, "_no_split_modules", None) or ())
     classes = list({type(m) for m in model.modules() if type(m).__name__ in names})
     if classes:
         set_z3_leaf_modules(model, classes)
-    return sorted(c.__name__ for c in classes)
 
 
 def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
