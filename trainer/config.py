@@ -113,6 +113,11 @@ class RolloutConfig:
     # Steps the sampling policy may lag the trained one (Prime-RL's async level; 4.2 uses 10). 0: on-policy.
     async_level: int = 0
     tensor_parallel: int = 1
+    # vLLM only. The share of the GPU's memory its engine may take (the rest trains); ignored on CPU, where
+    # VLLM_CPU_KVCACHE_SPACE bounds it (trainer/vllm_support.py).
+    gpu_memory_utilization: float = 0.3
+    # vLLM only: release its weights and KV cache while training. null: where the platform has it (CUDA).
+    sleep_mode: bool | None = None
 
     def __post_init__(self) -> None:
         raise_if(self.problems("rollout"), "rollout")
@@ -127,6 +132,9 @@ class RolloutConfig:
         _int(p, f"{path}.max_prompt_tokens", self.max_prompt_tokens, 1)
         _int(p, f"{path}.async_level", self.async_level, 0)
         _int(p, f"{path}.tensor_parallel", self.tensor_parallel, 1)
+        _num(p, f"{path}.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, low_open=True)
+        if self.sleep_mode is not None:
+            _bool(p, f"{path}.sleep_mode", self.sleep_mode)
         return p
 
 

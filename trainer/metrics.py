@@ -22,6 +22,7 @@ TRAIN_KL_CLAMPED_FRACTION = "train/kl_clamped_fraction"
 TRAIN_LOSS, TRAIN_PG_LOSS, TRAIN_KL_LOSS = "train/loss", "train/pg_loss", "train/kl_loss"
 PERF_STEP_TIME_S = "perf/step_time_s"
 PERF_TOKENS_PER_S = "perf/tokens_per_s"
+PERF_WEIGHT_SYNC_S = "perf/weight_sync_s"
 VAL_PASS_AT_1 = "val/pass_at_1"
 VAL_SPLIT_PASS_AT_1 = "val/<split>/pass_at_1"
 ASYNC_LAG = "async/lag"
@@ -54,6 +55,8 @@ METRICS: dict[str, str] = {
     TRAIN_KL_LOSS: "KL part of the loss, beta x the estimator (0 unless the placement includes the loss)",
     PERF_STEP_TIME_S: "wall-clock seconds of one training step, rollout to optimiser step",
     PERF_TOKENS_PER_S: "response tokens generated and trained on per second of step time",
+    PERF_WEIGHT_SYNC_S: "seconds to load the updated weights into the rollout engine (vLLM; 0 for HF, which samples "
+                        "from the trained parameters)",
     VAL_PASS_AT_1: "Pass@1 on the validation set during training (the paper: MATH test): mean correctness "
                    "of one sample per problem",
     VAL_SPLIT_PASS_AT_1: "Pass@1 on one named validation split, e.g. val/math500/pass_at_1",

@@ -1,8 +1,10 @@
-"""Rollout engines behind one small interface: HF generate (CPU, and the fallback anywhere) and vLLM (GPU).
+"""Rollout engines behind one small interface: vLLM (trainer/rollout_vllm.py: the paper's engine, on GPU and, through
+its CPU build, on CPU) and HF generate (the policy module itself; no second copy of the weights).
 
     engine.generate(prompt_ids, n, sampling, seed) -> Rollouts     G samples per prompt, group-major
-    engine.sync_weights(model)                                     after each update (no-op when colocated on
-                                                                   the same parameters, as HF is)
+    engine.sync_weights(model)                                     before sampling with new weights: every rank at
+                                                                   the same point (a ZeRO-3 gather); a no-op for HF,
+                                                                   which samples from the trained parameters
 
 The trainer never asks an engine for log-probs it trains on: it recomputes them with the policy
 (trainer/policy.py), so an engine's numerics (vLLM kernels, sampling temperature) cannot leak into the gradient.
@@ -26,6 +28,7 @@ class Sampling:
     top_k: int = 0
     max_new_tokens: int = 1024
     stop_token_ids: tuple[int, ...] = ()
+    logprobs: bool = False  # also return the engine's log-prob of each sampled token (tests and diagnostics)
 
 
 @dataclass
@@ -37,12 +40,15 @@ class Rollouts:
     truncated: list[bool]                  # hit max_new_tokens without a stop token
     texts: list[str] = field(default_factory=list)
     policy_version: int = 0                # the optimizer step whose weights sampled these (async lag)
+    engine_logprobs: list[list[float]] | None = None  # per sampled token, when Sampling.logprobs asked for them
 
 
 class RolloutEngine(Protocol):
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: Sampling, seed: int) -> Rollouts: ...
 
     def sync_weights(self, model) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class HFEngine:
@@ -59,6 +65,9 @@ class HFEngine:
 
     def sync_weights(self, model) -> None:
         self.model = model
+
+    def close(self) -> None:
+        """Nothing to release: the engine is the policy module itself."""
 
     @torch.no_grad()
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: Sampling, seed: int) -> Rollouts:
@@ -154,13 +163,14 @@ def _cut(row: list[int], stops: set[int]) -> tuple[list[int], bool]:
     return row, False
 
 
-def make_engine(kind: str, model, tokenizer, ds_engine=None, **kwargs) -> RolloutEngine:
-    """'hf' or 'vllm'. vLLM is imported only here and only when asked for: it exists on GPU clusters alone.
-    `ds_engine`: the DeepSpeed engine around `model`, which the colocated HF engine generates with."""
+def make_engine(kind: str, model, tokenizer, ds_engine=None, **vllm_args) -> RolloutEngine:
+    """'hf' or 'vllm'. `ds_engine`: the DeepSpeed engine around `model`, which the colocated HF engine generates
+    with; `vllm_args`: VLLMEngine's (model_path, dtype, seed, max_model_len, ...). vLLM is imported only when asked
+    for (it takes seconds to import and starts an engine)."""
     if kind == "hf":
-        return HFEngine(model, tokenizer, ds_engine=ds_engine, **kwargs)
+        return HFEngine(model, tokenizer, ds_engine=ds_engine)
     if kind == "vllm":
-        from .rollout_vllm import VLLMEngine  # noqa: PLC0415  (GPU-only dependency)
+        from .rollout_vllm import VLLMEngine  # noqa: PLC0415  (heavy, optional dependency)
 
-        return VLLMEngine(model, tokenizer, **kwargs)
+        return VLLMEngine(model, tokenizer, **vllm_args)
     raise ValueError(f"unknown rollout engine {kind!r}; valid: hf, vllm")

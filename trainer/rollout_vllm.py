@@ -1,23 +1,28 @@
-"""vLLM rollouts, colocated with training on the same GPUs (GPU clusters only; installed by the `gpu` extra).
+"""vLLM rollouts, colocated with training: one in-process engine per training rank, on GPU and on CPU.
 
-Written against vLLM's offline `LLM` API as TRL's colocate mode uses it (vLLM >= 0.8):
-    LLM(model, tensor_parallel_size, gpu_memory_utilization, enable_sleep_mode=True,
-        distributed_executor_backend="external_launcher", seed)    one engine per training rank (group)
+The same calls run on a GPU cluster (CUDA vLLM, the `gpu` extra) and in CI (vLLM's CPU build, trainer/vllm_support.py):
+    LLM(model, dtype, seed, max_model_len, tensor_parallel_size, [distributed_executor_backend="external_launcher"
+        when the trainer has several ranks], [enable_sleep_mode where the platform has it])
     llm.generate([TokensPrompt(prompt_token_ids=...)], SamplingParams(n, temperature, top_p, top_k, max_tokens,
                  seed, stop_token_ids))
-    llm.sleep(level=1) / llm.wake_up()                            free KV cache and weights while training
-    <worker model>.load_weights([(name, tensor)])                 after every optimizer step
-The pieces that need no GPU (gathering ZeRO-3 parameters, batching, log-prob recomputation in trainer/policy.py)
-live outside this file and are tested on CPU; this file's own tests are marked `gpu`.
+    llm.collective_rpc(_load_weights, args=(weights,))   after every optimizer step (V1 engine, in-process worker)
+    llm.sleep(level=1) / llm.wake_up()                   where the platform has sleep mode (CUDA)
+
+Weights are synced from the trainer's own parameters, never from disk: ZeRO-3 gathers each parameter in turn on
+every rank (a collective, so every rank syncs at the same point of the loop), and the worker reloads it in place
+through vLLM's `reload_weights`, which re-runs the per-layer post-processing (the CPU backend repacks linear
+weights for its GEMM kernels). The trainer never trains on vLLM's log-probs: it recomputes them with the policy
+(trainer/policy.py), so vLLM's kernels cannot leak into the gradient.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 
+from . import vllm_support
 from .rollout import Rollouts, Sampling
 
 
@@ -35,58 +40,106 @@ def gathered_parameters(module: torch.nn.Module) -> Iterator[tuple[str, torch.Te
             yield name, param.data.detach()
 
 
+def _load_weights(worker, weights) -> None:
+    """Runs on the vLLM worker (through collective_rpc): reload in place from `weights`, (name, tensor) pairs in
+    the checkpoint's names. A tied lm_head receives no weight of its own, so reload_weights leaves its
+    post-processed copy stale (on CPU the packed GEMM weight: log-probs 34 nats off, measured); redo it."""
+    worker.model_runner.reload_weights(weights_iterator=weights)
+    model = worker.model_runner.model
+    lm_head = getattr(model, "lm_head", None)
+    tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+    if tied and lm_head is not None and hasattr(getattr(lm_head, "quant_method", None), "process_weights_after_loading"):
+        lm_head.quant_method.process_weights_after_loading(lm_head)
+
+
 class VLLMEngine:
-    def __init__(self, model, tokenizer, model_path: str | None = None, tensor_parallel: int = 1,
-                 gpu_memory_utilization: float = 0.35, max_model_len: int | None = None, seed: int = 0):
-        # In-process engine (no V1 multiprocessing) so the worker's model is reachable for load_weights.
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    """The RolloutEngine of trainer/rollout.py on vLLM. `model` is the trained module (plain or under ZeRO-3),
+    `model_path` the checkpoint directory the engine starts from; its weights are replaced at the first sync."""
+
+    def __init__(self, model, tokenizer, model_path: str | Path, *, dtype: torch.dtype = torch.float32,
+                 seed: int = 0, max_model_len: int | None = None, tensor_parallel: int = 1,
+                 gpu_memory_utilization: float = 0.3, sleep_mode: bool | None = None, world_size: int = 1,
+                 enforce_eager: bool | None = None):
+        vllm_support.require("rollout.engine=vllm")
+        problems = vllm_support.problems(model_path)
+        if problems:
+            raise vllm_support.VLLMUnavailable("; ".join(problems))
+        supported = vllm_support.sleep_supported()
+        if sleep_mode and not supported:
+            raise vllm_support.VLLMUnavailable(
+                "rollout.sleep_mode=true, but vLLM's sleep mode needs CUDA and this engine runs on the CPU backend; "
+                "set rollout.sleep_mode=null (sleep where supported) or false")
+        self.sleep_mode = supported if sleep_mode is None else sleep_mode
+        vllm_support.prepare_environment(in_process=True)
         from vllm import LLM
 
+        gpu = vllm_support.on_gpu()
+        kwargs = {"enable_sleep_mode": True} if self.sleep_mode else {}
+        if world_size > 1:
+            # One engine per training rank, over the ranks' own process group (TRL's colocate mode does the same).
+            kwargs["distributed_executor_backend"] = "external_launcher"
+        if gpu:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         self.tokenizer = tokenizer
-        self.llm = LLM(
-            model=model_path or model.config._name_or_path,
-            tensor_parallel_size=tensor_parallel,
-            gpu_memory_utilization=gpu_memory_utilization,
-            max_model_len=max_model_len,
-            enable_sleep_mode=True,
-            distributed_executor_backend="external_launcher",
-            seed=seed,
-            dtype="bfloat16",
-        )
-        self.sync_weights(model)
-
-    def _worker_model(self):
-        return self.llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+        self.llm = LLM(model=str(model_path), dtype=str(dtype).removeprefix("torch."), seed=seed, max_model_len=max_model_len,
+                       tensor_parallel_size=tensor_parallel, enforce_eager=(not gpu) if enforce_eager is None
+                       else enforce_eager, **kwargs)
+        self.asleep = False
+        self.syncs = 0
 
     def sync_weights(self, model) -> None:
-        """Copy the trained weights into vLLM (colocated: same GPU, no network)."""
-        target = self._worker_model()
-        for name, tensor in gathered_parameters(model):
-            target.load_weights([(name, tensor)])
-        self.llm.reset_prefix_cache()
+        """Load the trained weights into the engine (colocated: same device, no network, no disk)."""
+        self.wake()
+        self.llm.collective_rpc(_load_weights, args=(gathered_parameters(model),))
+        self.llm.reset_prefix_cache()  # cached KV of shared prompt prefixes was computed by the old weights
+        self.syncs += 1
+
+    def close(self) -> None:
+        """Shut the engine down and leave vLLM's process groups, so that a later engine in this process (a
+        resumed run, the next test) starts clean; the trainer's own process group is torn down after this."""
+        import gc
+
+        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+        self.llm = None
+        gc.collect()
+        destroy_model_parallel()
+        destroy_distributed_environment()
 
     def sleep(self) -> None:
-        self.llm.sleep(level=1)
+        """Free the engine's weights and KV cache for the training step (no-op without sleep mode)."""
+        if self.sleep_mode and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
 
     def wake(self) -> None:
-        self.llm.wake_up()
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
 
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: Sampling, seed: int) -> Rollouts:
+        """n samples per prompt, group-major, seeded per request: the same seed gives the same samples whatever
+        else is in the batch, and the trainer gives each rank and step its own seed."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        self.wake()
         params = SamplingParams(
             n=n, temperature=sampling.temperature, top_p=sampling.top_p,
             top_k=sampling.top_k if sampling.top_k > 0 else -1,  # -1: off, as in the paper
             max_tokens=sampling.max_new_tokens, seed=seed,
             stop_token_ids=sorted(set(sampling.stop_token_ids) | {self.tokenizer.eos_token_id}),
+            logprobs=0 if sampling.logprobs else None,
         )
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_ids], params, use_tqdm=False)
-        prompts, responses, truncated = [], [], []
+        self.sleep()
+        prompts, responses, truncated, logps = [], [], [], []
         for p, out in zip(prompt_ids, outputs):
             for completion in out.outputs:  # n completions per prompt, in order: group-major like HFEngine
                 prompts.append(p)
                 responses.append(list(completion.token_ids))
                 truncated.append(completion.finish_reason == "length")
+                if sampling.logprobs:
+                    logps.append([step[t].logprob for step, t in zip(completion.logprobs, completion.token_ids)])
         texts = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
-        return Rollouts(prompts, responses, truncated, texts)
+        return Rollouts(prompts, responses, truncated, texts, engine_logprobs=logps or None)

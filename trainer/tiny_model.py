@@ -53,8 +53,10 @@ class TinyModelConfig:
 
     hidden_size: int = 96
     num_layers: int = 3
-    num_heads: int = 4
-    num_kv_heads: int = 2
+    # Head size 96 / 3 = 32: the smallest that vLLM's CPU attention runs (it supports 32, 64, 80, ...), so the
+    # vLLM rollouts and evaluation run on this model in CI. One KV head: grouped-query attention, as in Qwen2.5.
+    num_heads: int = 3
+    num_kv_heads: int = 1
     intermediate_size: int = 288
     max_positions: int = 128
     sft_steps: int = 1500
@@ -95,7 +97,8 @@ class TinyModelConfig:
 
 def fast_config(**overrides) -> TinyModelConfig:
     """A smaller, quicker build for unit tests: same recipe, fewer steps, no build-time evaluation."""
-    base = dict(hidden_size=64, num_layers=2, intermediate_size=192, sft_steps=60, eval_size=0)
+    base = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=192, sft_steps=60,
+                eval_size=0)  # head size 32, as the default's
     return replace(TinyModelConfig(), **{**base, **overrides})
 
 

@@ -72,13 +72,18 @@ def resolve_model_path(cfg: RunConfig) -> str:
     return cfg.model.name_or_path
 
 
+def train_dtype(cfg: RunConfig, dist: distributed.DistInfo) -> torch.dtype:
+    """bf16 on GPU unless the model asks for fp32; fp32 on CPU (bf16 matmuls there are slow and inexact)."""
+    return torch.bfloat16 if dist.device.type == "cuda" and cfg.model.dtype != "fp32" else torch.float32
+
+
 def build_engine(cfg: RunConfig, path: str, dist: distributed.DistInfo, micro_batches: int):
     """The policy under DeepSpeed ZeRO-3, the frozen reference as a plain copy, and the tokenizer."""
     import deepspeed
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gpu = dist.device.type == "cuda"
-    dtype = torch.bfloat16 if gpu and cfg.model.dtype != "fp32" else torch.float32
+    dtype = train_dtype(cfg, dist)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -96,6 +101,25 @@ def build_engine(cfg: RunConfig, path: str, dist: distributed.DistInfo, micro_ba
         distributed.hook_whole_layers(policy)
     engine, _, _, _ = deepspeed.initialize(model=policy, optimizer=optim, lr_scheduler=sched, config=ds)
     return engine, reference, tokenizer
+
+
+def build_rollout(cfg: RunConfig, engine, tokenizer, path: str, dist: distributed.DistInfo):
+    """The rollout engine of `rollout.engine`: HF generate on the policy module, or a colocated vLLM engine started
+    from the model's directory (its weights are replaced by the policy's at the first sync)."""
+    r = cfg.rollout
+    if r.engine == "hf":
+        return make_engine("hf", engine.module, tokenizer, ds_engine=engine)
+    from . import vllm_support
+
+    needed = r.max_prompt_tokens + r.max_response_tokens
+    limit = engine.module.config.max_position_embeddings
+    problems = vllm_support.problems(path, limit, needed)
+    if problems:
+        raise vllm_support.VLLMUnavailable("rollout.engine=vllm: " + "; ".join(problems))
+    return make_engine("vllm", engine.module, tokenizer, model_path=path, dtype=train_dtype(cfg, dist),
+                       seed=cfg.seed, max_model_len=needed, tensor_parallel=r.tensor_parallel,
+                       gpu_memory_utilization=r.gpu_memory_utilization, sleep_mode=r.sleep_mode,
+                       world_size=dist.world_size)
 
 
 def default_tracking_uri() -> str:
@@ -145,10 +169,11 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
     manifest = objective_manifest(cfg)
     if dist.is_main:
         atomic_write(ctx.run_dir / "objective.json", json.dumps(manifest, indent=1))
-    engine, reference, tokenizer = build_engine(cfg, resolve_model_path(cfg), dist, micro_batches)
+    path = resolve_model_path(cfg)
+    engine, reference, tokenizer = build_engine(cfg, path, dist, micro_batches)
     val_examples = load_examples(cfg.data, cfg.data.val_split) if cfg.data.val_every else []
     val_examples = val_examples[: cfg.data.val_size] if cfg.data.val_size else val_examples
-    rollout = make_engine(cfg.rollout.engine, engine.module, tokenizer, ds_engine=engine)
+    rollout = build_rollout(cfg, engine, tokenizer, path, dist)
     sampler = BatchSampler(cfg, tokenizer, rollout, load_examples(cfg.data, "train"), dist, local_groups,
                            micro_groups * G)
     queue = RolloutQueue(cfg.rollout.async_level)
@@ -160,11 +185,15 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
     tracker = _open_tracker(cfg, ctx, dist, manifest)
     logged = _LoggedSteps(ctx.run_dir)
     preempt, last, status = Preemption(), {}, "FINISHED"
+    rollout.sync_weights(engine.module)  # the restored checkpoint's weights (vLLM started from the base model)
     try:
         for step in range(state["step"], cfg.optim.steps):
             t0 = time.perf_counter()
             sampled = queue.next(step, lambda s, v=step: sampler.sample(s, version=v, model=engine.module))
             m = _train_step(cfg, engine, reference, tokenizer, sampled, micro_groups, dist)
+            t_sync = time.perf_counter()
+            rollout.sync_weights(engine.module)  # validation and the next batches sample version step + 1
+            m["weight_sync_s"] = time.perf_counter() - t_sync
             m["lag"] = step - sampled.version
             m["step_time_s"] = time.perf_counter() - t0
             m["tokens_per_s"] = m.pop("_tokens_total") / m["step_time_s"]
@@ -193,6 +222,7 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
         raise
     finally:
         preempt.restore()
+        rollout.close()
         if status != "KILLED":
             tracker.close(status)
     return {"metrics": last, "verdict": monitor.verdict_dict(), "preempted": False}
@@ -243,7 +273,7 @@ def _log(tracker, logged: _LoggedSteps, m: dict, step: int, is_main: bool) -> di
         elif k == "lag":
             out["async/lag"] = v
         else:
-            out[("perf/" if k in ("step_time_s", "tokens_per_s") else "train/") + k] = v
+            out[("perf/" if k in ("step_time_s", "tokens_per_s", "weight_sync_s") else "train/") + k] = v
     if is_main and step > logged.last:
         tracker.log_metrics(out, step)
         logged.mark(step)
