@@ -384,10 +384,11 @@ def _merge(base: Mapping, over: Mapping) -> dict:
 def resource_problems(config: RunConfig, res: SlurmResources, profile: str) -> list[str]:
     """Cross-checks of a run config against the resources its profile gives it."""
     p = []
-    if config.rollout.engine == "vllm" and res.gpus_per_node == 0:
-        p.append(f"rollout.engine: 'vllm' needs GPUs but profile {profile!r} gives none; use rollout.engine=hf "
-                 f"(CPU) or a GPU profile (sweep.slurm.profile=a100)")
-    elif config.rollout.engine == "vllm" and config.rollout.tensor_parallel > res.gpus_per_node:
+    # vLLM on a profile without GPUs runs its CPU build (the tiny model in CI); a large model there is refused below.
+    if config.rollout.engine == "vllm" and res.gpus_per_node == 0 and config.rollout.tensor_parallel > 1:
+        p.append(f"rollout.tensor_parallel: {config.rollout.tensor_parallel} on profile {profile!r}, which has no "
+                 f"GPUs; set it to 1 or use a GPU profile (sweep.slurm.profile=a100)")
+    elif config.rollout.engine == "vllm" and 0 < res.gpus_per_node < config.rollout.tensor_parallel:
         p.append(f"rollout.tensor_parallel: {config.rollout.tensor_parallel} > {res.gpus_per_node} GPUs per node "
                  f"on profile {profile!r}; lower it or ask for more GPUs")
     size = config.model.params_b

@@ -286,9 +286,6 @@ class RunConfig:
             p.append(f"{_join(path, 'algorithm.norm_length')}: {algo.norm_length} differs from "
                      f"rollout.max_response_tokens {rollout.max_response_tokens}; Dr. GRPO divides by the "
                      f"generation budget, so set them equal")
-        if self.model.is_tiny and rollout.engine == "vllm":
-            p.append(f"{_join(path, 'rollout.engine')}: 'vllm' cannot load the tiny model "
-                     f"(model.name_or_path {TINY_MODEL!r}); set rollout.engine=hf")
         if rollout.engine == "hf" and rollout.tensor_parallel != 1:
             p.append(f"{_join(path, 'rollout.tensor_parallel')}: {rollout.tensor_parallel} with engine 'hf'; "
                      f"tensor parallelism is a vLLM setting, so set it to 1 or use rollout.engine=vllm")

@@ -47,9 +47,9 @@ def _load_weights(worker, weights) -> None:
     worker.model_runner.reload_weights(weights_iterator=weights)
     model = worker.model_runner.model
     lm_head = getattr(model, "lm_head", None)
-    tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
-    if tied and lm_head is not None and hasattr(getattr(lm_head, "quant_method", None), "process_weights_after_loading"):
-        lm_head.quant_method.process_weights_after_loading(lm_head)
+    method = getattr(lm_head, "quant_method", None)
+    if getattr(getattr(model, "config", None), "tie_word_embeddings", False) and method is not None:
+        method.process_weights_after_loading(lm_head)
 
 
 class VLLMEngine:
@@ -81,9 +81,11 @@ class VLLMEngine:
         if gpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         self.tokenizer = tokenizer
-        self.llm = LLM(model=str(model_path), dtype=str(dtype).removeprefix("torch."), seed=seed, max_model_len=max_model_len,
-                       tensor_parallel_size=tensor_parallel, enforce_eager=(not gpu) if enforce_eager is None
-                       else enforce_eager, **kwargs)
+        # Eager on CPU: compiling costs ~20 s of engine start and gains nothing on a tiny model.
+        eager = (not gpu) if enforce_eager is None else enforce_eager
+        self.llm = LLM(model=str(model_path), dtype=str(dtype).removeprefix("torch."), seed=seed,
+                       max_model_len=max_model_len, tensor_parallel_size=tensor_parallel, enforce_eager=eager,
+                       **kwargs)
         self.asleep = False
         self.syncs = 0
 
