@@ -7,13 +7,15 @@ import json
 import time
 from pathlib import Path
 
+from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
+from orchestrator import results
 from orchestrator.commands.validate import console
 from orchestrator.errors import UserError
 from orchestrator.identity import format_value
-from orchestrator.ledger import Ledger, apply_rows, attempts, cell_status, latest, to_poll
+from orchestrator.ledger import Ledger, apply_rows, to_poll
 from orchestrator.slurm_query import SlurmError, available, sacct
 
 EXAMPLES = """examples:
@@ -22,9 +24,14 @@ EXAMPLES = """examples:
   orchestrate status runs/onpolicy --watch --interval 30
 
 SWEEP is the sweep file or its directory (<output_root>/<sweep>). One sacct call per refresh, for every job
-of the sweep at once; the ledger is only read. Columns: the axes, the cell's state, training/evaluation
-attempts, the latest job id, the training step (latest checkpoint), the latest metrics from the run directory,
-the collapse verdict (verdict.json), and why a cell was given up."""
+of the sweep at once; the ledger is only read. The cells table: the cell, its axes, state, training/evaluation
+attempts (att), the latest job id, the training step (latest checkpoint), the latest metrics the checkpoint
+holds, each eval task's mean@k (tiny@4 = eval/tiny/mean_at_4, from eval_result.json), the collapse verdict
+(verdict.json) and why: the verdict's reason when it is not stable, and why a cell was given up. Below it, one
+row per configuration (the axes without the seed): each task's mean@k and the final reward as mean ± sd (sample
+standard deviation) over the seeds that have it, and the seeds counted by verdict. Columns that do not fit the
+terminal are left out, named under the table; --json gives every field, each row with its configuration's
+"summary" (mean, sd, min, max, n per metric; verdict counts)."""
 
 METRICS = ("train/reward_mean", "train/kl_k1", "val/pass_at_1", "train/response_length")  # shown when present
 
@@ -32,7 +39,8 @@ METRICS = ("train/reward_mean", "train/kl_k1", "val/pass_at_1", "train/response_
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "status", help="the state of every cell of a sweep (ledger + one sacct)",
-        description="Show every cell of a submitted sweep: state, attempts, job, step, metrics, collapse verdict.",
+        description="Show every cell of a submitted sweep: state, attempts, job, step, metrics, mean@k per eval task, "
+                    "collapse verdict with its reason; then each configuration's results over seeds.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_dir_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -83,19 +91,17 @@ def _is_slurm(record: dict) -> bool:
 
 
 def run_dir_facts(run_dir: Path) -> dict:
-    """What the run directory says: step (latest checkpoint), latest metrics, verdict, evaluation result."""
-    facts: dict = {"step": None, "metrics": {}, "verdict": None, "eval": {}}
+    """What the run directory says: step (latest checkpoint), latest metrics, the collapse verdict with its step
+    and reason, the evaluation's metrics (see orchestrator/results.py for the files' contract)."""
+    facts: dict = {"step": None, "metrics": {}}
     latest_ckpt = _read(run_dir / "checkpoints" / "latest.json")
     if latest_ckpt:
         facts["step"] = latest_ckpt.get("step")
         state = _read(run_dir / "checkpoints" / str(latest_ckpt.get("tag")) / "state.json") or {}
         history = (state.get("collapse") or {}).get("history", {})
         facts["metrics"] = {k: points[-1][1] for k, points in history.items() if points}
-    verdict = _read(run_dir / "verdict.json")
-    facts["verdict"] = verdict.get("verdict") if verdict else None
-    result = (_read(run_dir / "eval_result.json") or {}).get("result")
-    if isinstance(result, dict):
-        facts["eval"] = {k: v for k, v in result.items() if isinstance(v, (int, float)) and k.startswith("eval/")}
+    facts.update(results.verdict_fields(_read(run_dir / "verdict.json")))
+    facts["eval"] = results.eval_metrics((_read(run_dir / "eval_result.json") or {}).get("result"))
     return facts
 
 
@@ -107,37 +113,79 @@ def _read(path: Path) -> dict | None:
 
 
 def rows(records: dict[str, dict]) -> list[dict]:
-    out = []
-    for record in sorted(records.values(), key=lambda r: r["name"]):
-        train, ev = latest(record, "train"), latest(record, "eval")
-        job = ev if train and train["state"] == "COMPLETED" and ev and ev["job_id"] else train
-        final = record.get("final") or {}
-        out.append({"run_key": record["run_key"], "name": record["name"], "axes": record["axes"],
-                    "state": cell_status(record), "train_attempts": len(attempts(record, "train")),
-                    "eval_attempts": len(attempts(record, "eval")), "job_id": job["job_id"] if job else None,
-                    "job_state": job["state"] if job else None, **run_dir_facts(Path(record["run_dir"])),
-                    "reason": final.get("reason") if final.get("status") != "completed" else None})
-    return out
+    """Every cell's row, by name, each with its configuration's summary over seeds under "summary"."""
+    return results.with_summary([results.cell_row(r, run_dir_facts(Path(r["run_dir"])))
+                                 for r in sorted(records.values(), key=lambda r: r["name"])])
 
 
-def table(sweep_dir: Path, data: list[dict]) -> Table:
+def table(sweep_dir: Path, data: list[dict], width: int = 240) -> Table:
+    """The cells, with the columns that fit in `width` (the rest named in the caption; --json has them all)."""
     axes = list(dict.fromkeys(k for row in data for k in row["axes"]))
     metrics = [m for m in METRICS if any(m in row["metrics"] for row in data)]
-    evals = sorted({k for row in data for k in row["eval"]})[:3]
-    t = Table(title=f"{sweep_dir.name}: {len(data)} cells ({time.strftime('%H:%M:%S')})")
-    for column in ("cell", *axes, "state", "attempts", "job", "step", *metrics, *evals, "verdict", "why"):
-        t.add_column(column, overflow="fold")
-    for row in data:
-        t.add_row(row["name"], *(format_value(row["axes"].get(a, "")) for a in axes), row["state"],
-                  f"{row['train_attempts']}/{row['eval_attempts']}", row["job_id"] or "-",
-                  "-" if row["step"] is None else str(row["step"]),
-                  *(_num(row["metrics"].get(m)) for m in metrics), *(_num(row["eval"].get(e)) for e in evals),
-                  row["verdict"] or "-", row["reason"] or "")
+    evals = results.mean_at_k_keys({k for row in data for k in row["eval"]})
+    # (header, one text per row, priority: lower stays longer). The cell name carries the axes, so they go first.
+    columns = [("cell", [r["name"] for r in data], 0),
+               *((results.short(a), [format_value(r["axes"].get(a, "")) for r in data], 9) for a in axes),
+               ("state", [r["state"] for r in data], 1),
+               ("att", [f"{r['train_attempts']}/{r['eval_attempts']}" for r in data], 8),
+               ("job", [r["job_id"] or "-" for r in data], 8),
+               ("step", ["-" if r["step"] is None else str(r["step"]) for r in data], 6),
+               *((results.short(m), [_num(r["metrics"].get(m)) for r in data], 5 if m == results.REWARD else 7)
+                 for m in metrics),
+               *((results.short(e), [_num(r["eval"].get(e)) for r in data], 2) for e in evals),
+               ("verdict", [r["verdict"] or "-" for r in data], 2),
+               ("why", [r["reason"] or "" for r in data], 4)]
+    title = f"{sweep_dir.name}: {len(data)} cells ({time.strftime('%H:%M:%S')})"
+    return _fitted(title, columns, width, flexible="why")
+
+
+def summary_table(data: list[dict], width: int = 240) -> Table:
+    """One row per configuration: each task's mean@k and the final reward as mean +- sd over its seeds."""
+    entries = results.summary(data)
+    keys = results.mean_at_k_keys({k for row in data for k in row["eval"]})
+    keys += [results.REWARD] if any(e["metrics"][results.REWARD]["n"] for e in entries) else []
+    columns = [("configuration", [e["config"] for e in entries], 0),
+               ("seeds", [str(len(e["seeds"])) for e in entries], 3),
+               *((results.short(k), [_spread(e["metrics"][k], len(e["seeds"])) for e in entries], 1) for k in keys),
+               ("verdicts", [", ".join(f"{n} {v}" for v, n in e["verdicts"].items()) for e in entries], 2)]
+    caption = "mean ± sd (sample) over the seeds that have it; n= where fewer do; --json adds min and max"
+    return _fitted(f"{len(entries)} configurations over seeds", columns, width, flexible="verdicts",
+                   caption=caption)
+
+
+def _fitted(title: str, columns: list, width: int, flexible: str, caption: str = "") -> Table:
+    widths = [max([len(header), *(len(v) for v in values)]) for header, values, _ in columns]
+    names = [header for header, _, _ in columns]
+    kept = results.fit(widths, [p for _, _, p in columns], width, names.index(flexible))
+    dropped = [names[i] for i in range(len(columns)) if i not in kept]
+    if dropped:
+        caption = f"{caption}; " if caption else ""
+        caption += f"not shown at {width} columns: {', '.join(dropped)} (--json has every field)"
+    t = Table(title=title, caption=caption or None)
+    for i in kept:
+        # Never split a word: fixed columns keep their width (dropped above when they do not fit); the flexible
+        # one wraps between words.
+        wraps = names[i] == flexible
+        t.add_column(names[i], no_wrap=not wraps, overflow="ellipsis", min_width=None if wraps else widths[i])
+    for r in range(len(columns[0][1])):
+        t.add_row(*(columns[i][1][r] for i in kept))
     return t
 
 
 def _num(value) -> str:
     return "-" if value is None else f"{value:.4g}"
+
+
+def _spread(stats: dict, seeds: int) -> str:
+    if not stats["n"]:
+        return "-"
+    text = f"{stats['mean']:.3g}" + ("" if stats["sd"] is None else f" ± {stats['sd']:.2g}")
+    return text if stats["n"] == seeds else f"{text} n={stats['n']}"
+
+
+def render(sweep_dir: Path, width: int) -> Group:
+    data = rows(current_records(sweep_dir))
+    return Group(table(sweep_dir, data, width), summary_table(data, width))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -146,9 +194,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(rows(current_records(sweep_dir)), indent=1, default=str))
         return 0
     if not args.watch:
-        out.print(table(sweep_dir, rows(current_records(sweep_dir))))
+        out.print(render(sweep_dir, out.width))
         return 0
-    with Live(table(sweep_dir, rows(current_records(sweep_dir))), console=out, auto_refresh=False) as live:
+    with Live(render(sweep_dir, out.width), console=out, auto_refresh=False) as live:
         while True:
             time.sleep(args.interval)
-            live.update(table(sweep_dir, rows(current_records(sweep_dir))), refresh=True)
+            live.update(render(sweep_dir, out.width), refresh=True)
