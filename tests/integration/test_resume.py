@@ -2,7 +2,8 @@
 
 Real processes (`orchestrate train`), real DeepSpeed ZeRO-3 checkpoints, a real MLflow store each. The run is
 asynchronous (level 1) with two minibatches per batch, so the saved rollout queue, the behaviour log-probs and
-the optimizer state all have to come back exactly.
+the optimizer state all have to come back exactly. Both rollout engines: with vLLM, the resumed process starts a
+new engine from the base model and must sync the restored weights into it before its first sample.
 """
 
 import json
@@ -16,17 +17,20 @@ import pytest
 import yaml
 
 from tests.support.trainer_run import config_dict
+from trainer import vllm_support
 
 pytestmark = pytest.mark.slow
+ENGINES = ["hf", pytest.param("vllm", marks=pytest.mark.skipif(not vllm_support.installed(),
+                                                               reason="vLLM is not installed (make setup)"))]
 
 KL = {"estimator": "k1", "placement": "reward+loss", "beta": 0.5}
 STEPS = 6
 
 
-def _config(tmp_path, name):
+def _config(tmp_path, name, engine):
     d = config_dict(tmp_path / name, KL, optim={"steps": STEPS, "batch_prompts": 4, "minibatch_prompts": 2,
                                                 "lr": 5.0e-3},
-                    checkpoint={"every": 2, "keep_last": 2}, rollout={"async_level": 1})
+                    checkpoint={"every": 2, "keep_last": 2}, rollout={"async_level": 1, "engine": engine})
     (tmp_path / name).mkdir(parents=True, exist_ok=True)
     path = tmp_path / name / "config.yaml"
     path.write_text(yaml.safe_dump(d))
@@ -51,8 +55,9 @@ def _metrics(db):
             for k in run.data.metrics if not k.startswith("perf/")}
 
 
-def test_sigkill_then_resume_logs_the_same_metrics_once(tmp_path):
-    ref_cfg, cut_cfg = _config(tmp_path, "ref"), _config(tmp_path, "cut")
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sigkill_then_resume_logs_the_same_metrics_once(tmp_path, engine):
+    ref_cfg, cut_cfg = _config(tmp_path, "ref", engine), _config(tmp_path, "cut", engine)
     ref = _train(ref_cfg, tmp_path / "ref" / "run")
     assert ref.wait(timeout=600) == 0, ref.stdout.read()
 
