@@ -206,6 +206,8 @@ class EvalConfig:
     # Sampling seeds of the evaluation itself; the 3 seeds of the paper's mean@32 are the training seeds
     # (sweep.seeds), one evaluation each.
     seeds: tuple[int, ...] = (0,)
+    # lm-eval's model backend: "vllm" (the paper's), "hf", or null: vLLM where there is a GPU, else hf.
+    backend: str | None = None
 
     def __post_init__(self) -> None:
         raise_if(self.problems("eval"), "eval")
@@ -227,6 +229,8 @@ class EvalConfig:
         else:
             for i, seed in enumerate(self.seeds):
                 _int(p, f"{path}.seeds[{i}]", seed, 0)
+        if self.backend is not None:
+            _choice(p, f"{path}.backend", self.backend, ENGINES)  # the same two names as rollout.engine
         return p
 
 

@@ -11,6 +11,7 @@ import yaml
 
 from tests.support.slurm_jobs import TrainFromYaml
 from tests.support.trainer_run import config_dict
+from trainer import vllm_support
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,8 +34,12 @@ def _write(tmp_path, name, **sections):
     return path
 
 
-def test_two_rank_zero3_run_through_submitit(tmp_path, slurm_cluster):
-    config = _write(tmp_path, "two", optim={"steps": 2, "batch_prompts": 4, "minibatch_prompts": 4})
+@pytest.mark.parametrize("engine", ["hf", pytest.param("vllm", marks=pytest.mark.skipif(
+    not vllm_support.installed(), reason="vLLM is not installed (make setup)"))])
+def test_two_rank_zero3_run_through_submitit(tmp_path, slurm_cluster, engine):
+    """With vLLM: one engine per rank over the ranks' own process group (external_launcher), as on 8 GPUs."""
+    config = _write(tmp_path, "two", optim={"steps": 2, "batch_prompts": 4, "minibatch_prompts": 4},
+                    rollout={"engine": engine})
     job = _executor(tmp_path / "logs", slurm_cluster, tasks_per_node=2, timeout_min=10).submit(
         TrainFromYaml(), str(config), str(tmp_path / "run"))
     results = job.results()

@@ -10,7 +10,7 @@ import pytest
 from orchestrator.sweep import load_sweep
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
-COUNTS = {"onpolicy": 102, "offpolicy": 36, "async": 30, "correct-gradients": 12, "smoke": 2}
+COUNTS = {"onpolicy": 102, "offpolicy": 36, "async": 30, "correct-gradients": 12, "smoke": 2, "smoke-vllm": 2}
 
 
 def configs(name: str):
