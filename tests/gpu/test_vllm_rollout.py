@@ -1,6 +1,8 @@
-"""vLLM rollout engine on a real GPU: generation shape, seeding, weight sync, sleep/wake, throughput.
+"""vLLM rollout engine on a real GPU: what only CUDA has (bf16 kernels, sleep mode, GPU memory), and throughput.
 
-Skipped, with the reason, where there is no CUDA GPU or no vLLM (our CPU machines and CI). On a GPU machine:
+Everything else of the engine (sampling, seeds, the weight sync checked by log-probs) runs on CPU in CI:
+tests/integration/test_rollout_vllm.py. Skipped, with the reason, where there is no CUDA GPU or no vLLM.
+On a GPU machine:
     pip install -e '.[gpu]' && pytest -m gpu tests/gpu -s
 """
 
@@ -12,7 +14,7 @@ import torch
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (vLLM rollouts are GPU-only)"),
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (bf16 kernels, sleep mode, GPU memory; the rest runs on CPU)"),
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM not installed (pip install '.[gpu]')"),
 ]
 
@@ -27,7 +29,9 @@ def engine_and_model():
     path = str(ensure_tiny_model())
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).cuda()
-    return VLLMEngine(model, tok, model_path=path, gpu_memory_utilization=0.2, max_model_len=128), model, tok
+    engine = VLLMEngine(model, tok, path, dtype=torch.bfloat16, gpu_memory_utilization=0.2, max_model_len=128)
+    assert engine.sleep_mode, "sleep mode should be on where CUDA is"
+    return engine, model, tok
 
 
 def _prompts(tok, n):
@@ -68,8 +72,12 @@ def test_sleep_and_wake(engine_and_model):
 
     engine, _, tok = engine_and_model
     engine.sleep()
+    assert engine.asleep
+    free_asleep = torch.cuda.mem_get_info()[0]
     engine.wake()
+    assert torch.cuda.mem_get_info()[0] < free_asleep, "waking did not take the engine's memory back"
     assert engine.generate(_prompts(tok, 2), 2, Sampling(max_new_tokens=8), seed=1).response_ids
+    assert engine.asleep, "generate should leave the engine asleep for the training step"
 
 
 def test_rollout_throughput(engine_and_model):
