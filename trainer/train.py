@@ -243,14 +243,16 @@ def _train_step(cfg: RunConfig, engine, reference, tokenizer, sampled, micro_gro
 
 class _LoggedSteps:
     """The last metric step this run delivered to the tracker, kept in the run directory: after a resume from an
-    older checkpoint, the steps it re-trains (bitwise the same) are not logged a second time."""
+    older checkpoint, the steps it re-trains (bitwise the same) are not logged a second time. Beside it, that
+    step's metrics (`last_metrics.json`), which `orchestrate status` shows without asking the tracking store."""
 
     def __init__(self, run_dir: Path):
-        self.path = run_dir / "logged_step"
+        self.path, self.metrics_path = run_dir / "logged_step", run_dir / "last_metrics.json"
         self.last = int(self.path.read_text()) if self.path.exists() else 0
 
-    def mark(self, step: int) -> None:
+    def mark(self, step: int, metrics: dict) -> None:
         self.last = step
+        atomic_write(self.metrics_path, json.dumps({"step": step, "metrics": metrics}))
         atomic_write(self.path, str(step))
 
 
@@ -276,5 +278,5 @@ def _log(tracker, logged: _LoggedSteps, m: dict, step: int, is_main: bool) -> di
             out[("perf/" if k in ("step_time_s", "tokens_per_s", "weight_sync_s") else "train/") + k] = v
     if is_main and step > logged.last:
         tracker.log_metrics(out, step)
-        logged.mark(step)
+        logged.mark(step, out)
     return out

@@ -100,6 +100,8 @@ def run_dir_facts(run_dir: Path) -> dict:
         state = _read(run_dir / "checkpoints" / str(latest_ckpt.get("tag")) / "state.json") or {}
         history = (state.get("collapse") or {}).get("history", {})
         facts["metrics"] = {k: points[-1][1] for k, points in history.items() if points}
+    # The trainer's last logged step (trainer/train.py), newer than the checkpoint's and with every metric.
+    facts["metrics"].update((_read(run_dir / "last_metrics.json") or {}).get("metrics", {}))
     facts.update(results.verdict_fields(_read(run_dir / "verdict.json")))
     facts["eval"] = results.eval_metrics((_read(run_dir / "eval_result.json") or {}).get("result"))
     return facts

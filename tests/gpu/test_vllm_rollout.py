@@ -14,7 +14,8 @@ import torch
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (bf16 kernels, sleep mode, GPU memory; the rest runs on CPU)"),
+    pytest.mark.skipif(not torch.cuda.is_available(),
+                       reason="needs a CUDA GPU (bf16 kernels, sleep mode, GPU memory; the rest runs on CPU)"),
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM not installed (pip install '.[gpu]')"),
 ]
 

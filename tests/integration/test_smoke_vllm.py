@@ -40,3 +40,4 @@ def test_smoke_vllm_sweep_trains_and_evaluates_every_cell_on_slurm(tmp_path):
         assert result["result"]["settings"]["backend"] == "vllm"
         assert {"eval/tiny/mean_at_4", "eval/tiny_ood/mean_at_4"} <= set(row["eval"]), row["eval"]
         assert 0.0 < row["eval"]["eval/tiny/mean_at_4"] <= 1.0  # the warm start solves some in-domain problems
+        assert row["step"] == 4 and 0.0 <= row["metrics"]["train/reward_mean"] <= 1.0  # the trainer's last step
