@@ -5,7 +5,7 @@ process, as it does colocated on a GPU. Log-prob agreement is the test of the we
 changes would pass with a stale lm_head (measured: tied lm_head left stale = 34 nats off).
 
 Tolerance: fp32 on both sides, different kernels (vLLM's packed CPU GEMM and paged attention against torch's
-matmul and SDPA), so per-token log-probs differ by rounding only: measured below 1e-5; 1e-4 is the bound. A stale or
+matmul and SDPA), so per-token log-probs differ by rounding only: measured 3e-6 to 8e-6; 1e-4 is the bound. A stale or
 half-synced weight moves them by orders of magnitude more (the updates below move them by more than 1e-2).
 """
 
@@ -96,7 +96,8 @@ def test_logprobs_equal_the_trainers_after_sync_and_after_every_update(setup):
     sampling = Sampling(max_new_tokens=10, logprobs=True)
     rollout.sync_weights(engine.module)
     ro = rollout.generate(prompts, 2, sampling, seed=11)
-    assert _max_gap(ro.engine_logprobs, _trainer_logprobs(engine, tok, ro)) < TOL
+    gaps = [_max_gap(ro.engine_logprobs, _trainer_logprobs(engine, tok, ro))]
+    assert gaps[0] < TOL
     for update in range(3):
         before = _trainer_logprobs(engine, tok, ro)
         # One real ZeRO-3 optimizer step on the sampled responses (maximise their likelihood).
@@ -111,8 +112,10 @@ def test_logprobs_equal_the_trainers_after_sync_and_after_every_update(setup):
         rollout.sync_weights(engine.module)
         fresh = rollout.generate(prompts, 2, sampling, seed=11)
         # Score vLLM's new samples under the trainer's updated weights.
-        assert _max_gap(fresh.engine_logprobs, _trainer_logprobs(engine, tok, fresh)) < TOL, f"update {update}"
+        gaps.append(_max_gap(fresh.engine_logprobs, _trainer_logprobs(engine, tok, fresh)))
+        assert gaps[-1] < TOL, f"update {update}: {gaps}"
         ro = fresh
+    print("max |log-prob gap| vLLM vs trainer, initial sync then after each update:", [f"{g:.1e}" for g in gaps])
 
 
 def test_synced_engine_equals_a_fresh_engine_from_the_saved_weights(setup, tmp_path):
