@@ -83,9 +83,11 @@ class VLLMEngine:
         self.tokenizer = tokenizer
         # Eager on CPU: compiling costs ~20 s of engine start and gains nothing on a tiny model.
         eager = (not gpu) if enforce_eager is None else enforce_eager
+        threads = torch.get_num_threads()
         self.llm = LLM(model=str(model_path), dtype=str(dtype).removeprefix("torch."), seed=seed,
                        max_model_len=max_model_len, tensor_parallel_size=tensor_parallel, enforce_eager=eager,
                        **kwargs)
+        vllm_support.restore_torch_threads(threads)
         self.asleep = False
         self.syncs = 0
 

