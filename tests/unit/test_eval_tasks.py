@@ -104,16 +104,18 @@ def test_stop_strings_follow_the_tokenizer_and_the_template():
 
 
 def test_vllm_model_args_are_lm_evals_own_or_pass_through_to_vllm():
-    """Checked against the installed lm-eval's source (vllm itself is not importable without a GPU build)."""
+    """Checked against the installed lm-eval's source, for the GPU and the CPU settings (no engine is built)."""
     source = Path(importlib.util.find_spec("lm_eval.models.vllm_causallms").origin).read_text()
     cls = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef) and n.name == "VLLM")
     init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
     own = {a.arg for a in init.args.args + init.args.kwonlyargs}
     assert init.args.kwarg is not None  # the rest goes into vllm.LLM(**kwargs)
-    args = backends.vllm_model_args(Path("/m"), seed=3, tensor_parallel_size=2, max_model_len=5120)
     assert {"pretrained", "dtype", "seed", "tensor_parallel_size", "data_parallel_size", "max_model_len"} <= own
-    assert set(args) - own == {"gpu_memory_utilization", "enable_prefix_caching"}
-    assert args["seed"] == 3 and args["tensor_parallel_size"] == 2 and args["data_parallel_size"] == 1
+    for gpu, passed_through in ((True, {"gpu_memory_utilization", "enable_prefix_caching"}),
+                                (False, {"enforce_eager", "enable_prefix_caching"})):
+        args = backends.vllm_model_args(Path("/m"), seed=3, tensor_parallel_size=2, max_model_len=5120, gpu=gpu)
+        assert set(args) - own == passed_through
+        assert args["seed"] == 3 and args["tensor_parallel_size"] == 2 and args["data_parallel_size"] == 1
 
 
 # --- end to end with a scripted LM ----------------------------------------------------------------------
