@@ -12,6 +12,8 @@ import importlib
 import pkgutil
 import sys
 
+from trainer.vllm_support import VLLMUnavailable
+
 from . import commands
 from .errors import ConfigError, UserError
 
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, UserError) as err:
+    except (ConfigError, UserError, VLLMUnavailable) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

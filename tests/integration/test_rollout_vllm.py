@@ -156,3 +156,26 @@ def test_bad_settings_are_one_clear_message(tmp_path, monkeypatch):
     monkeypatch.setattr(vllm_support, "installed", lambda: False)
     with pytest.raises(vllm_support.VLLMUnavailable, match="not installed"):
         VLLMEngine(None, None, tmp_path)
+
+
+def test_train_with_an_engine_vllm_cannot_run_is_one_message(tmp_path, capsys):
+    """`orchestrate train` with a model whose head size vLLM's CPU build cannot run: a message, no traceback."""
+    import yaml
+
+    from orchestrator.cli import main
+    from tests.support.trainer_run import config_dict
+
+    from trainer.tiny_model import ensure_tiny_model, fast_config
+
+    if vllm_support.on_gpu():
+        pytest.skip("on a GPU every head size runs")
+    # A model that vLLM's CPU attention refuses: head size 48 / 2 = 24, as the tiny model had before.
+    model = ensure_tiny_model(fast_config(hidden_size=48, num_heads=2, num_kv_heads=1, sft_steps=1),
+                              root=tmp_path / "models")
+    d = config_dict(tmp_path, {"placement": "none", "beta": 0.0}, rollout={"engine": "vllm"},
+                    model={"name_or_path": str(model)})
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(d))
+    assert main(["train", str(config), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "head size 24" in err and "Traceback" not in err
