@@ -164,7 +164,6 @@ def test_train_with_an_engine_vllm_cannot_run_is_one_message(tmp_path, capsys):
 
     from orchestrator.cli import main
     from tests.support.trainer_run import config_dict
-
     from trainer.tiny_model import ensure_tiny_model, fast_config
 
     if vllm_support.on_gpu():
