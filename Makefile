@@ -48,6 +48,7 @@ bench: setup
 	$(BIN)/python bench/synthetic.py
 	$(BIN)/python bench/sweep_expand.py
 	$(BIN)/python bench/trainer.py
+	$(BIN)/python bench/rollout.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache
