@@ -8,7 +8,6 @@ Every problem is collected with its key path, the bad value and what to write in
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,11 +18,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 
-from trainer.config import ConfigError, RunConfig, _int, _str, build, raise_if
+from orchestrator import slurm_values as sv
+from trainer.config import ConfigError, RunConfig, build, raise_if
 
 PROFILES = Path(__file__).resolve().parents[1] / "slurm" / "profiles"
 CPU_PARAMS_B = 2.0  # a model larger than this (billions of parameters) needs a profile with GPUs
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+SCALARS = ("partition", "account", "qos", "array_parallelism", "max_array_size", "signal_delay_s")
 RESOURCE_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task", "mem_gb", "time_min", "constraint")
 _PARSER: list[OverridesParser] = []
 
@@ -52,15 +52,12 @@ class SlurmResources:
         raise_if(self.problems(), "resources")
 
     def problems(self, path: str = "resources") -> list[str]:
+        # Every value here becomes an #SBATCH line: held to Slurm's syntax and bounds (orchestrator/slurm_values.py).
         p: list[str] = []
-        _int(p, f"{path}.nodes", self.nodes, 1)
-        _int(p, f"{path}.gpus_per_node", self.gpus_per_node, 0)
-        _int(p, f"{path}.tasks_per_node", self.tasks_per_node, 1)
-        _int(p, f"{path}.cpus_per_task", self.cpus_per_task, 1)
-        if not isinstance(self.mem_gb, (int, float)) or isinstance(self.mem_gb, bool) or not self.mem_gb > 0:
-            p.append(f"{path}.mem_gb: {self.mem_gb!r}; give the memory per node in GB, a number > 0")
-        _int(p, f"{path}.time_min", self.time_min, 1)
-        _str(p, f"{path}.constraint", self.constraint, optional=True)
+        for key in ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task", "time_min"):
+            sv.count(p, f"{path}.{key}", getattr(self, key), key)
+        sv.memory_gb(p, f"{path}.mem_gb", self.mem_gb)
+        sv.constraint(p, f"{path}.constraint", self.constraint)
         return p
 
     @property
@@ -98,16 +95,7 @@ class SlurmProfile:
         raise_if(self.problems(), f"slurm profile {self.name}")
 
     def problems(self, path: str = "slurm") -> list[str]:
-        p: list[str] = []
-        _str(p, f"{path}.partition", self.partition)
-        _str(p, f"{path}.account", self.account, optional=True)
-        _str(p, f"{path}.qos", self.qos, optional=True)
-        _int(p, f"{path}.array_parallelism", self.array_parallelism, 1)
-        _int(p, f"{path}.max_array_size", self.max_array_size, 1)
-        _int(p, f"{path}.signal_delay_s", self.signal_delay_s, 1)
-        if isinstance(self.signal_delay_s, int) and self.signal_delay_s > 65535:
-            p.append(f"{path}.signal_delay_s: {self.signal_delay_s}; Slurm's --signal allows at most 65535 s")
-        return p
+        return sv.profile_scalars({k: getattr(self, k) for k in SCALARS}, path)
 
     def train_resources(self, params_b: float | None) -> SlurmResources:
         """The smallest size class that holds a model of `params_b` billion parameters, else the defaults."""
@@ -123,17 +111,19 @@ class SlurmProfile:
         problems: list[str] = []
         if not isinstance(data, Mapping):
             raise_if([f"{path}: {data!r} is not a mapping; see slurm/profiles/local.yaml"], f"slurm profile {name}")
-        scalars = ("partition", "account", "qos", "array_parallelism", "max_array_size", "signal_delay_s")
-        valid = (*scalars, "eval", "by_model_size", *RESOURCE_KEYS)
+        valid = (*SCALARS, "eval", "by_model_size", *RESOURCE_KEYS)
         problems += [f"{path}.{k}: unknown key; valid: {', '.join(valid)}" for k in data if k not in valid]
-        top = {k: data[k] for k in scalars if k in data}
-        train = build(SlurmResources, {k: data[k] for k in RESOURCE_KEYS if k in data}, path, problems)
-        evals = build(SlurmResources, data.get("eval"), f"{path}.eval", problems)
+        top = {k: data[k] for k in SCALARS if k in data}
+        flat = sv.screen_memory({k: data[k] for k in RESOURCE_KEYS if k in data}, path, problems)
+        train = build(SlurmResources, flat, path, problems)
+        evals = data.get("eval")
+        evals = sv.screen_memory(evals, f"{path}.eval", problems) if isinstance(evals, Mapping) else evals
+        evals = build(SlurmResources, evals, f"{path}.eval", problems)
         sizes = _size_classes(data.get("by_model_size", []), train, f"{path}.by_model_size", problems)
         if "partition" not in top:
             problems.append(f"{path}.partition: missing; give the Slurm partition (sinfo lists them)")
-        if problems:
-            raise_if(problems, f"slurm profile {name}")
+        if problems:  # the scalars' own problems too: construction, which checks them, is not reached
+            raise_if(problems + sv.profile_scalars(top, path), f"slurm profile {name}")
         try:
             return cls(name=name, train=train, eval=evals, by_model_size=sizes, **top)
         except ConfigError as err:
@@ -165,10 +155,10 @@ def _size_classes(raw: Any, train: SlurmResources | None, path: str, problems: l
             problems.append(f"{where}: {entry!r}; give a mapping with max_params_b and resource keys")
             continue
         limit = entry["max_params_b"]
-        if not isinstance(limit, (int, float)) or isinstance(limit, bool) or not limit > 0:
-            problems.append(f"{where}.max_params_b: {limit!r}; give a number > 0 (billions of parameters)")
+        if not isinstance(limit, (int, float)) or isinstance(limit, bool) or not 0 < limit <= 1e6:
+            problems.append(f"{where}.max_params_b: {limit!r}; give a number in (0, 1e6] (billions of parameters)")
             continue
-        overrides = {k: v for k, v in entry.items() if k != "max_params_b"}
+        overrides = sv.screen_memory({k: v for k, v in entry.items() if k != "max_params_b"}, where, problems)
         base = _resources_dict(train) if train is not None else {}
         res = build(SlurmResources, {**base, **overrides}, where, problems)
         if res is not None:
@@ -264,9 +254,7 @@ class SweepSpec:
         valid = ("name", "seeds", "axes", "grid", "slurm", "output_root")
         problems += [f"sweep.{k}: unknown key; valid: {', '.join(valid)}" for k in data if k not in valid]
         name = data.get("name", default_name)
-        if not isinstance(name, str) or not NAME.match(name):
-            problems.append(f"sweep.name: {name!r}; give 1-64 letters, digits, '.', '_' or '-' "
-                            f"(it names a directory and the Slurm jobs)")
+        sv.job_name(problems, "sweep.name", name, "it names a directory and the Slurm jobs")
         seeds = _seeds(data.get("seeds", [0]), problems)
         axes = _block(data.get("axes", {}), "sweep.axes", problems)
         grid = _grid(data.get("grid", [{}]), problems)
@@ -275,7 +263,7 @@ class SweepSpec:
                 problems.append(f"sweep.grid[{i}].{key}: also a shared axis in sweep.axes; keep one of the two")
         profile, overrides = _slurm(data.get("slurm", {}), problems)
         root = data.get("output_root", "runs")
-        _str(problems, "sweep.output_root", root)
+        sv.file_path(problems, "sweep.output_root", root, "the directory of the run dirs and the Slurm logs")
         raise_if(problems, "sweep")
         return cls(name, seeds, axes, grid, profile, overrides, root)
 
@@ -342,7 +330,10 @@ def _slurm(raw: Any, problems: list[str]) -> tuple[str, dict]:
     problems += [f"sweep.slurm.{k}: unknown key; valid: profile, overrides" for k in raw
                  if k not in ("profile", "overrides")]
     profile, overrides = raw.get("profile", "local"), raw.get("overrides") or {}
-    _str(problems, "sweep.slurm.profile", profile)
+    if isinstance(profile, str) and profile.endswith((".yaml", ".yml")):
+        sv.file_path(problems, "sweep.slurm.profile", profile, "a profile file (.yaml)")
+    else:
+        sv.job_name(problems, "sweep.slurm.profile", profile, "a profile in slurm/profiles/, or a .yaml path")
     if not isinstance(overrides, Mapping):
         problems.append(f"sweep.slurm.overrides: {overrides!r}; give a mapping of profile keys, e.g. "
                         f"{{time_min: 600}}")
@@ -365,12 +356,16 @@ def load_profile(name: str, overrides: Mapping, problems: list[str]) -> SlurmPro
     except yaml.YAMLError as err:
         problems.append(f"sweep.slurm.profile: {path}: YAML syntax error: {str(err).splitlines()[0]}")
         return None
+    except ValueError as err:  # a value YAML's own constructors refuse, e.g. an integer of 4300+ digits
+        problems.append(f"sweep.slurm.profile: {path} cannot be read: {str(err)[:200]}; fix the value in the file")
+        return None
     if isinstance(raw, Mapping):
         raw = _merge(raw, overrides)
+    where = f"slurm profile {Path(name).stem}"
     try:
-        return SlurmProfile.from_dict(raw, Path(name).stem, path=f"slurm profile {Path(name).stem}")
+        return SlurmProfile.from_dict(raw, Path(name).stem, path=where)
     except ConfigError as err:
-        problems.extend(err.problems)
+        problems.extend(sv.blame_overrides(err.problems, where, overrides, "sweep.slurm.overrides"))
         return None
 
 

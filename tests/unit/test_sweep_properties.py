@@ -82,3 +82,31 @@ def test_garbage_yaml_is_refused_cleanly(text):
      "kl=1", "seed=a", "sweep.seeds=-1", "model=a,b", "hydra.x=1", "kl.beta=glob(*)"]), max_size=3))
 def test_junk_overrides_are_refused_cleanly(overrides):
     refused_or_loaded(SMOKE.read_text(), overrides)
+
+
+HOSTILE = ["local\n#SBATCH --wrap=id", "$(id)", "`id`", "a'b", 'a"b', "a;id", "\x00", "\u202e", "%x", "x" * 2000, "é"]
+
+
+@SETTINGS
+@given(key=st.sampled_from(["partition", "account", "qos", "constraint", "nodes", "mem_gb", "time_min"]),
+       value=st.sampled_from(HOSTILE) | st.integers(-10**30, -1) | st.just(10**30) | st.just(float("inf")),
+       where=st.sampled_from(["overrides", "name", "output_root"]))
+def test_hostile_slurm_values_in_a_sweep_file_are_refused_naming_the_key(key, value, where):
+    """The whole path (YAML, Hydra, OmegaConf, the header, the profile): a hostile value is refused naming the
+    key the user wrote, and no script is rendered (tests/unit/test_slurm_values.py renders the ones that pass)."""
+    data = yaml.safe_load(yaml.safe_dump(VALID))
+    if where == "overrides" or not isinstance(value, str):  # a number is a fine name: numbers go to the profile
+        data["sweep"]["slurm"]["overrides"] = {key: value}
+        path = f"sweep.slurm.overrides.{key}"
+    else:
+        data["sweep"][where] = value
+        path = f"sweep.{where}"
+    with tempfile.TemporaryDirectory() as tmp:
+        file = Path(tmp) / "sweep.yaml"
+        file.write_text(yaml.safe_dump(data, allow_unicode=True))
+        try:
+            load_sweep(file)
+        except ConfigError as err:
+            assert any(p.startswith(f"{path}:") for p in err.problems), err.problems
+        else:
+            assert where == "output_root" and value == "é", value  # the one path-safe value here
