@@ -1,0 +1,132 @@
+"""`orchestrate report SWEEP [--out DIR]`: the paper's figures and tables from a finished or partial sweep."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from orchestrator import report
+from orchestrator.commands.status import (
+    _read,
+    _run_config,
+    add_sweep_dir_argument,
+    current_records,
+    rows,
+    sweep_dir_of,
+)
+from orchestrator.identity import cell_name
+from orchestrator.ledger import Ledger
+from orchestrator.sweep_run import read_manifest
+
+EXAMPLES = """examples:
+  orchestrate report runs/onpolicy
+  orchestrate report sweeps/smoke.yaml --out /tmp/smoke-report
+
+Writes into DIR (default <sweep_dir>/report): report.md, report.html (one page, the figures embedded) and the
+PNGs. Training curves (KL, reward, held-out pass@1, response length; one panel per estimator and placement, one
+line per beta: the mean over seeds, a band from the lowest seed to the highest, beta = 0 dashed) come from MLflow
+(each cell's mlflow_run.json); a cell without one, or a store that cannot be reached, is drawn from its run
+directory instead (the checkpoint's collapse history: KL, length, held-out pass@1; and the last logged step),
+and the report says so. Final mean@k per task with its seed spread and its relative change against the beta = 0
+cell of the same model (eval_result.json); Table 1's behaviour column from the collapse verdicts
+(verdict.json); cells still running, failed, not evaluated or never submitted are listed with why."""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "report", help="the paper's figures and tables from a sweep (Markdown, HTML, PNGs)",
+        description="Turn a finished or partial sweep into training curves (Figures 2-4), final mean@k against "
+                    "beta = 0 (Figures 5-6) and Table 1's behaviour column, as report.md, report.html and PNGs.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_sweep_dir_argument(parser)
+    parser.add_argument("--out", metavar="DIR", help="where to write the report (default <sweep_dir>/report)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    sweep_dir = sweep_dir_of(args.sweep, args.overrides)
+    out = Path(args.out) if args.out else sweep_dir / "report"
+    records = current_records(sweep_dir) if Ledger(sweep_dir).exists() else {}
+    data = rows(records)
+    kls = {key: report.kl_settings(r["axes"], _run_config(Path(r["run_dir"]))) for key, r in records.items()}
+    histories, notes = read_histories(records)
+    cells = [{"row": r, "kl": kls[r["run_key"]], "history": histories[r["run_key"]]} for r in data]
+    out.mkdir(parents=True, exist_ok=True)
+    images: dict[str, bytes] = {}
+    figures = {"curves": [_save(plots().curves_figure(p), out, f"curves-{p['title']}", images, p["title"])
+                          for p in report.panels([c for c in cells if any(c["history"].values())])]}
+    scores = report.final_scores(data, kls)
+    contexts = list(dict.fromkeys(s["context"] for s in scores))
+    titles = {ctx: cell_name(ctx) or "every cell" for ctx in contexts}
+    figures["scores"] = [_save(plots().scores_figure([s for s in scores if s["context"] == ctx], titles[ctx]), out,
+                               f"scores-{titles[ctx]}", images, f"final mean@k: {titles[ctx]}") for ctx in contexts]
+    planned = read_manifest(sweep_dir).get("cells", [])
+    blocks = report.document(sweep_dir.name, data, kls, report.coverage(data, planned), figures, notes)
+    (out / "report.md").write_text(report.render_markdown(blocks), encoding="utf-8")
+    (out / "report.html").write_text(report.render_html(blocks, images, f"Sweep {sweep_dir.name}"), encoding="utf-8")
+    for note in notes:
+        if "unreachable" in note:
+            print(f"warning: {note}", file=sys.stderr)
+    done = sum(1 for r in data if report.finished(r))
+    print(f"{sweep_dir.name}: {len(data)} cells, {done} finished; {len(images)} figures; "
+          f"{out / 'report.html'} and report.md")
+    return 0
+
+
+def read_histories(records: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
+    """Each cell's curves, {run_key: {metric: [(step, value)]}}, and notes on where they came from: MLflow for
+    the cells that opened a run there, else (no run, or the store unreachable) the run directory."""
+    from orchestrator.tracking import metric_histories, read_run_file
+
+    by_uri: dict[str, dict[str, str]] = {}
+    for key, record in records.items():
+        info = read_run_file(Path(record["run_dir"]))
+        if info.get("run_id") and info.get("tracking_uri"):
+            by_uri.setdefault(info["tracking_uri"], {})[key] = info["run_id"]
+    found, notes = {}, []
+    for uri, run_ids in by_uri.items():
+        try:
+            found.update(metric_histories(uri, run_ids, report.CURVES))
+            notes.append(f"Curves of {len(run_ids)} cell(s) from MLflow ({uri}).")
+        except ConnectionError as err:
+            notes.append(f"The MLflow store {uri} is unreachable ({err}): the curves of {len(run_ids)} cell(s) "
+                         f"come from their run directories instead (the checkpoint's collapse history and the "
+                         f"last logged step), so the reward curve has only its last point.")
+    never = [key for key in records if not any(key in ids for ids in by_uri.values())]
+    if never:
+        notes.append(f"{len(never)} cell(s) never opened an MLflow run (not started, or a job that does not log): "
+                     f"their curves come from their run directories.")
+    rest = [key for key in records if key not in found]
+    for key in rest:
+        found[key] = run_dir_history(Path(records[key]["run_dir"]))
+    return found, notes
+
+
+def run_dir_history(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """The curves a run directory keeps: the latest checkpoint's collapse history (the keys the collapse rules
+    read) and the last logged step's metrics (last_metrics.json, every key at one step)."""
+    latest = _read(run_dir / "checkpoints" / "latest.json") or {}
+    state = _read(run_dir / "checkpoints" / str(latest.get("tag")) / "state.json") or {}
+    history = {k: {int(s): float(v) for s, v in points}
+               for k, points in ((state.get("collapse") or {}).get("history") or {}).items() if k in report.CURVES}
+    last = _read(run_dir / "last_metrics.json") or {}
+    for key, value in (last.get("metrics") or {}).items():
+        if key in report.CURVES and isinstance(last.get("step"), int) and isinstance(value, (int, float)):
+            history.setdefault(key, {})[last["step"]] = float(value)
+    return {k: sorted(points.items()) for k, points in history.items()}
+
+
+def plots():
+    from orchestrator import report_plots  # matplotlib only when there is something to draw
+
+    return report_plots
+
+
+def _save(fig, out: Path, stem: str, images: dict[str, bytes], caption: str) -> tuple[str, str]:
+    name = re.sub(r"[^\w.-]+", "-", stem).strip("-") + ".png"
+    fig.savefig(out / name, dpi=110)
+    images[name] = (out / name).read_bytes()
+    return name, caption
+

@@ -1,0 +1,198 @@
+"""`orchestrate report`'s pure parts (orchestrator/report.py) and the command over a small sweep directory whose
+files come from the real writers: the ledger's records (orchestrator/ledger.py), the collapse monitor's verdict
+and checkpoint history (trainer/collapse.py), eval_result.json as orchestrator/jobs.py writes it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator import ledger as L
+from orchestrator import report
+from orchestrator.cli import main
+from orchestrator.commands import status
+from orchestrator.identity import cell_name
+from orchestrator.jobs import write_json
+from trainer.checkpoint import tag_for
+from trainer.collapse import CollapseMonitor
+
+STEPS = 12
+
+
+def eval_summary(score: float) -> dict:
+    """eval.run.evaluate()'s summary shape, one task, mean@4."""
+    return {"tasks": {"tiny": {"status": "evaluated", "metrics": {"eval/tiny/mean_at_4": score}}}}
+
+
+def add_cell(sweep_dir: Path, axes: dict, *, blowup_at: int | None = None, score: float | None = None,
+             train_state: str = "COMPLETED", final: str | None = "completed", last_step: int = STEPS) -> str:
+    """One cell as a local-executor run leaves it: ledger record, config.yaml, the checkpoint's collapse history
+    and verdict (CollapseMonitor), last_metrics.json and, when `score` is given, eval_result.json."""
+    key = "".join(f"{v}" for v in axes.values()).replace(".", "")
+    run_dir = sweep_dir / key
+    record = L.new_record(sweep_dir.name, key, cell_name(tuple(axes.items())), axes, run_dir)
+    L.add_attempt(record, "train", f"x-train-{key}", 1.0, job_id=f"{key}-t", state=train_state, executor="local")
+    if score is not None:
+        L.add_attempt(record, "eval", f"x-eval-{key}", 1.0, job_id=f"{key}-e", state="COMPLETED", executor="local")
+    record["final"] = {"status": final, "reason": "job failed twice", "at": 2.0} if final else None
+    L.Ledger(sweep_dir).save(record)
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"kl": {"estimator": "k1", "placement": "reward",
+                                                                "beta": 0.1}, "seed": axes.get("seed", 0)}))
+    if not last_step:
+        return key
+    monitor = CollapseMonitor()
+    for step in range(1, last_step + 1):  # KL flat, or far above 10x its early value from `blowup_at` on
+        kl = 5.0 if blowup_at is not None and step >= blowup_at else 0.02
+        monitor.update(step, {"train/kl_k1": kl, "train/response_length": 10.0 + step, "train/loss": 0.1})
+    tag = tag_for(last_step)
+    write_json(run_dir / "checkpoints" / tag / "state.json", {"step": last_step, "collapse": monitor.state()})
+    write_json(run_dir / "checkpoints" / "latest.json", {"tag": tag, "step": last_step})
+    monitor.write(run_dir / "verdict.json")
+    write_json(run_dir / "last_metrics.json", {"step": last_step, "metrics": {"train/reward_mean": 0.5,
+                                                                              "train/kl_k1": 0.02}})
+    if score is not None:
+        write_json(run_dir / "eval_result.json", {"result": eval_summary(score), "code": "/c", "at": 1.0})
+    return key
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    """k1-reward at beta 0.1 and 1, k3-loss at 0.1, and the beta = 0 reference, 2 seeds each; k3-loss blows up
+    its KL from step 8 on (collapsed); one more cell still training and one given up."""
+    sweep_dir = tmp_path / "mini"
+    for seed in (0, 1):
+        add_cell(sweep_dir, {"kl.estimator": "k1", "kl.placement": "reward", "kl.beta": 0.1, "seed": seed},
+                 score=0.6 + 0.1 * seed)
+        add_cell(sweep_dir, {"kl.estimator": "k1", "kl.placement": "reward", "kl.beta": 1, "seed": seed},
+                 score=0.5)
+        add_cell(sweep_dir, {"kl.estimator": "k3", "kl.placement": "loss", "kl.beta": 0.1, "seed": seed},
+                 blowup_at=8 if seed else None, score=0.4)
+        add_cell(sweep_dir, {"kl.placement": "none", "kl.beta": 0, "seed": seed}, score=0.5)
+    add_cell(sweep_dir, {"kl.estimator": "k3", "kl.placement": "reward", "kl.beta": 0.1, "seed": 0},
+             train_state="RUNNING", final=None, last_step=3)
+    add_cell(sweep_dir, {"kl.estimator": "k3", "kl.placement": "reward", "kl.beta": 0.1, "seed": 1},
+             train_state="FAILED", final="gave_up", last_step=2)
+    return sweep_dir
+
+
+def loaded(sweep_dir: Path):
+    records = status.current_records(sweep_dir)
+    data = status.rows(records)
+    kls = {k: report.kl_settings(r["axes"], {}) for k, r in records.items()}
+    return data, kls
+
+
+def test_band_spans_the_seeds_at_every_step_any_seed_logged():
+    line = report.band([[(1, 1.0), (2, 3.0)], [(2, 5.0), (3, 7.0)]])
+    assert line == {"steps": [1, 2, 3], "mean": [1.0, 4.0, 7.0], "min": [1.0, 3.0, 7.0], "max": [1.0, 5.0, 7.0],
+                    "n": [1, 2, 1]}
+    assert report.band([])["steps"] == []
+
+
+def test_kl_settings_take_the_axes_over_the_config_and_know_the_reference():
+    flat = {"kl.estimator": "k1", "kl.placement": "reward", "kl.beta": 0.1}
+    assert report.kl_settings({"kl.beta": 1}, flat) == {"estimator": "k1", "placement": "reward", "beta": 1,
+                                                        "reference": False}
+    assert report.kl_settings({"kl.placement": "none"}, flat)["reference"]
+    assert report.kl_settings({"kl.beta": 0}, flat)["reference"]
+
+
+def test_final_scores_compare_with_the_beta_0_cell_of_the_same_model(sweep):
+    data, kls = loaded(sweep)
+    scores = {s["config"]: s for s in report.final_scores(data, kls)}
+    k1 = scores["k1-reward-b0.1"]
+    assert k1["mean"] == pytest.approx(0.65) and (k1["min"], k1["max"], k1["n"]) == (0.6, 0.7, 2)
+    assert k1["reference"] == 0.5 and k1["relative"] == pytest.approx(0.3)
+    assert scores["k3-loss-b0.1"]["relative"] == pytest.approx(-0.2)
+    assert scores["none-b0"]["relative"] is None  # the reference itself
+    assert "k3-reward-b0.1" not in scores  # nothing evaluated
+
+
+def test_another_models_reference_is_never_the_baseline():
+    rows = [{"run_key": f"{m}{p}", "name": f"{m}-{p}-s0", "config": f"{m}-{p}", "state": "done",
+             "axes": {"model": m, "kl.placement": p, "seed": 0}, "eval": {"eval/t/mean_at_1": s}, "metrics": {}}
+            for m, p, s in (("a", "reward", 0.6), ("a", "none", 0.5), ("b", "reward", 0.9))]
+    kls = {r["run_key"]: report.kl_settings(r["axes"], {"kl.estimator": "k1", "kl.beta": 0.1}) for r in rows}
+    scores = {s["config"]: s for s in report.final_scores(rows, kls)}
+    assert scores["a-reward"]["relative"] == pytest.approx(0.2)
+    assert scores["b-reward"]["reference"] is None and scores["b-reward"]["relative"] is None
+
+
+def test_behaviour_counts_the_verdicts_with_their_steps_beside_the_paper(sweep):
+    data, kls = loaded(sweep)
+    rows = {b["config"]: b for b in report.behaviour(data, kls)}
+    k3 = rows["k3-loss-b0.1"]
+    assert k3["behaviour"] == "collapsed 1/2 (step 8); stable 1/2"
+    assert "train/kl_k1" in k3["reason"] and k3["paper_behaviour"] == "stable"
+    assert rows["k1-reward-b0.1"]["behaviour"] == "stable 2/2" and rows["none-b0"]["family"] == "no KL (beta = 0)"
+
+
+def test_coverage_says_which_cells_are_missing_and_why(sweep):
+    data, _ = loaded(sweep)
+    gaps = {g["cell"]: g for g in report.coverage(data, [{"name": "k9-x-s0", "run_key": "nope"}])}
+    assert set(gaps) == {"k3-reward-b0.1-s0", "k3-reward-b0.1-s1", "k9-x-s0"}
+    assert gaps["k3-reward-b0.1-s0"]["kind"] == "running"
+    assert gaps["k3-reward-b0.1-s1"]["kind"] == "failed" and "job failed twice" in gaps["k3-reward-b0.1-s1"]["why"]
+    assert gaps["k9-x-s0"]["kind"] == "not submitted"
+
+
+def test_panels_draw_the_reference_in_each_configuration_of_its_model(sweep):
+    data, kls = loaded(sweep)
+    cells = [{"row": r, "kl": kls[r["run_key"]], "history": {"train/kl_k1": [(1, 0.1)]}} for r in data]
+    panels = {p["title"]: p for p in report.panels(cells)}
+    assert set(panels) == {"K1 in reward", "K3 in loss", "K3 in reward"}
+    assert list(panels["K1 in reward"]["lines"]) == ["beta = 0", "beta = 0.1", "beta = 1"]
+    assert panels["K1 in reward"]["seeds"] == {"beta = 0": 2, "beta = 0.1": 2, "beta = 1": 2}
+
+
+def test_the_html_page_embeds_its_images_and_escapes_text():
+    blocks = [("h", 1, "a <b>"), ("table", ("x", "y"), [("1|2", "<3")]), ("img", "f.png", "cap")]
+    page = report.render_html(blocks, {"f.png": b"\x89PNG"}, "t")
+    assert "data:image/png;base64,iVBORw==" in page and "a &lt;b&gt;" in page and "&lt;3" in page
+    assert "| 1\\|2 | <3 |" in report.render_markdown(blocks)
+
+
+def test_the_command_writes_markdown_html_and_pngs(sweep, tmp_path, capsys):
+    assert main(["report", str(sweep), "--out", str(tmp_path / "out")]) == 0
+    out = tmp_path / "out"
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert pngs == ["curves-K1-in-reward.png", "curves-K3-in-loss.png", "curves-K3-in-reward.png",
+                    "scores-every-cell.png"]
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert all(f"]({p})" in md for p in pngs) and page.count("data:image/png;base64,") == len(pngs)
+    assert "| k3-reward-b0.1-s0 | training | running |" in md and "| k1-reward-b0.1 | tiny@4 | 0.65 ± 0.0707" in md
+    assert "never opened an MLflow run" in md and "10 cells, 8 finished" in capsys.readouterr().out
+
+
+def test_an_unreachable_store_falls_back_to_the_run_directories(sweep, tmp_path, capsys):
+    for run_dir in (d for d in sweep.iterdir() if (d / "config.yaml").exists()):
+        write_json(run_dir / "mlflow_run.json", {"tracking_uri": f"sqlite:///{tmp_path / 'gone.db'}",
+                                                 "run_id": "r", "experiment_id": "1", "parent_run_id": None})
+    assert main(["report", str(sweep), "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and "unreachable" in err and "gone.db" in err
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "is unreachable" in md and "come from their run directories" in md
+    assert (tmp_path / "out" / "curves-K1-in-reward.png").exists()
+    assert not (tmp_path / "gone.db").exists()  # reading never creates a store
+
+
+def test_a_sweep_directory_that_does_not_exist_is_one_message(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no such sweep directory" in err and "Traceback" not in err
+
+
+def test_a_sweep_with_no_finished_cell_gives_an_empty_report_that_says_so(tmp_path, capsys):
+    sweep_dir = tmp_path / "early"
+    add_cell(sweep_dir, {"kl.estimator": "k1", "kl.placement": "reward", "seed": 0}, train_state="PENDING",
+             final=None, last_step=0)
+    assert main(["report", str(sweep_dir)]) == 0
+    md = (sweep_dir / "report" / "report.md").read_text()
+    assert "No cell has finished training yet" in md and "| k1-reward-s0 | pending | running |" in md
+    assert not list((sweep_dir / "report").glob("*.png"))
+    assert json.loads(json.dumps(capsys.readouterr().out))  # printed a line, no traceback
