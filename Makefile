@@ -50,9 +50,15 @@ bench: setup
 	$(BIN)/python bench/trainer.py
 	$(BIN)/python bench/rollout.py
 
+# runs/ holds the default MLflow store and its artifacts (runs/mlartifacts); mlruns/ and mlartifacts/ are where
+# older versions (and MLflow's own defaults) put artifacts of a local store.
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs mlruns mlartifacts .pytest_cache .ruff_cache
 
-# Browse the runs (the experiment opens on its runs table with the link printed by `orchestrate status`).
+# Browse the runs of the default store at http://127.0.0.1:5000. It prints each sweep's links first (the runs table
+# and the compare view of its cells; `orchestrate status` prints them too): MLflow's home page would open an
+# experiment on its GenAI overview. Artifacts of runs logged through this server also stay under runs/.
 mlflow-ui: setup
-	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri sqlite:///runs/mlflow.db --host 127.0.0.1 --port 5000
+	@$(BIN)/python -m orchestrator.sweep_run runs
+	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri sqlite:///runs/mlflow.db \
+		--artifacts-destination runs/mlartifacts --host 127.0.0.1 --port 5000

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -158,9 +159,13 @@ def _generation_kwargs(model_dir: Path, settings: Settings, tokenizer) -> dict:
 def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, log) -> dict[str, dict[int, dict]]:
     """task -> seed -> lm-eval metrics; one simple_evaluate per seed over the tasks that still need that seed."""
     import lm_eval
+    import lm_eval.evaluator
     from lm_eval.tasks import TaskManager
     from transformers import AutoTokenizer
 
+    # lm-eval records `git describe` of the working directory and lets git print "fatal: not a git repository"
+    # when that is not a checkout (a model evaluated from anywhere); ours asks quietly and records "unknown".
+    lm_eval.evaluator.get_git_commit_hash = quiet_git_hash
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     gen = _generation_kwargs(model_dir, settings, tokenizer)
     if settings.backend == "vllm":  # checked before any engine starts: one message, not a trace from inside vLLM
@@ -200,6 +205,15 @@ def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, 
             log(f"[eval] {t} seed {seed}: mean@{settings.k} {results[t][seed]['acc']:.4f} over "
                 f"{results[t][seed]['docs']} problems")
     return results
+
+
+def quiet_git_hash() -> str:
+    """`git describe --always` of the working directory, or "unknown" (not a checkout, no git), stderr silenced."""
+    try:
+        done = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
 
 
 def _device() -> str:

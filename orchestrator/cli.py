@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import re
 import sys
 
 from trainer.vllm_support import VLLMUnavailable
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = _attach_negative_values(sys.argv[1:] if argv is None else list(argv))
     # Overrides may come after options (orchestrate sweep x.yaml --dry-run kl.beta=0.1): argparse stops
     # collecting a positional list at the first option, so the leftovers are handed back to `overrides`.
     args, extra = parser.parse_known_args(argv)
@@ -50,6 +52,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+# What argparse (before Python 3.13) takes for an option rather than a value: a negative number list (-0.2,0.1).
+_NEGATIVE = re.compile(r"-\.?\d[\d.,eE+-]*")
+
+
+def _attach_negative_values(argv: list[str]) -> list[str]:
+    """`--ref -0.2,0.1` -> `--ref=-0.2,0.1`: a negative value is attached to the long option before it, so it is
+    read as that option's value (no option of ours looks like a number)."""
+    out: list[str] = []
+    for arg in argv:
+        if out and _NEGATIVE.fullmatch(arg) and out[-1].startswith("--") and "=" not in out[-1]:
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 if __name__ == "__main__":

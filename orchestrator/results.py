@@ -19,7 +19,7 @@ import re
 import statistics
 from collections.abc import Mapping
 
-from orchestrator.identity import cell_name
+from orchestrator.identity import cell_name, format_value
 from orchestrator.ledger import attempts, cell_status, latest
 
 MEAN_AT_K = re.compile(r"eval/(?P<task>[^/]+)/mean_at_(?P<k>\d+)")
@@ -93,6 +93,50 @@ def cell_row(record: dict, facts: dict) -> dict:
             "reason": "; ".join(r for r in reasons if r) or None}
 
 
+def clashing_names(records) -> set[str]:
+    """Names that more than one cell carries: the same sweep launched with different overrides (optim.steps=4,
+    then optim.steps=6) gives cells with the same axes, hence the same name, and different run_keys."""
+    counts: dict[str, int] = {}
+    for record in records:
+        counts[record["name"]] = counts.get(record["name"], 0) + 1
+    return {name for name, n in counts.items() if n > 1}
+
+
+def told_apart(rows: list[dict], configs: dict[str, dict]) -> list[dict]:
+    """The rows with what tells same-named cells apart: the config keys whose values differ among cells of one
+    name (`configs`: run_key -> flat resolved config), under "differs" on every row, appended to the name and
+    to the configuration (k1-reward-s0-steps6, k1-reward-steps6), so seeds of one launch stay together."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["name"], []).append(row)
+    differing: set[str] = set()
+    for members in groups.values():
+        flats = [configs.get(r["run_key"], {}) for r in members]
+        differing |= {k for k in set().union(*flats) if len({format_value(f.get(k)) for f in flats}) > 1}
+    keys = sorted(differing)
+    if not keys:
+        return rows
+    out = []
+    for row in rows:
+        flat = configs.get(row["run_key"], {})
+        differs = {k: flat.get(k) for k in keys}
+        suffix = cell_name(tuple(differs.items()))
+        out.append({**row, "differs": differs, "name": f"{row['name']}-{suffix}",
+                    "config": f"{row.get('config') or config_label(row['axes'])}-{suffix}"})
+    return out
+
+
+def flatten(data, prefix: str = "") -> dict:
+    """A nested config as dotted keys (lists stay values)."""
+    out = {}
+    for key, value in (data.items() if isinstance(data, Mapping) else ()):
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def spread(values: list[float]) -> dict:
     """mean, sd (sample, n - 1; None for one value), min, max and n of `values`."""
     if not values:
@@ -140,3 +184,26 @@ def fit(widths: list[int], priority: list[int], total: int, flexible: int | None
             kept.add(i)
             used += cost
     return sorted(kept)
+
+
+def best_by_mean_at_k(entries: list[dict]) -> dict[str, dict]:
+    """For each mean@k key of `summary`'s entries: the configuration with the highest mean over its seeds, as
+    {"config", "mean", "sd", "n"} (the first one on a tie)."""
+    keys = mean_at_k_keys({k for e in entries for k in e["metrics"]})
+    best = {}
+    for key in keys:
+        scored = [e for e in entries if e["metrics"][key]["n"]]
+        if scored:
+            top = max(scored, key=lambda e: e["metrics"][key]["mean"])  # max keeps the first of equals
+            stats = top["metrics"][key]
+            best[key] = {"config": top["config"], "mean": stats["mean"], "sd": stats["sd"], "n": stats["n"]}
+    return best
+
+
+def counts(rows: list[dict], field: str, missing: str = NO_VERDICT) -> dict[str, int]:
+    """How many rows have each value of `field` ("verdict", "state"), `missing` for None, most common first."""
+    out: dict[str, int] = {}
+    for row in rows:
+        value = row.get(field) or missing
+        out[value] = out.get(value, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))

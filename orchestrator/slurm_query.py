@@ -139,6 +139,24 @@ def available() -> bool:
     return shutil.which("sbatch") is not None
 
 
+PING_TIMEOUT_S = 15  # a live controller answers in milliseconds; a dead one would hold `orchestrate sweep`
+
+
+def controller_problem() -> str | None:
+    """None when a Slurm controller answers `scontrol ping`, else what was said: sbatch on PATH is not enough
+    (the client tools are installed on machines where the local cluster is down)."""
+    try:
+        done = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, timeout=PING_TIMEOUT_S)
+    except FileNotFoundError:
+        return "scontrol is not on PATH"
+    except subprocess.TimeoutExpired:
+        return f"`scontrol ping` did not answer in {PING_TIMEOUT_S}s"
+    said = " ".join((done.stdout + " " + done.stderr).split())[:300]
+    if done.returncode != 0 or " DOWN" in said:
+        return f"no Slurm controller answers (`scontrol ping`: {said or f'exit {done.returncode}'})"
+    return None
+
+
 def _run(cmd: list[str]) -> str:
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)

@@ -294,11 +294,31 @@ def local_row(job_id: str, job, name: str, submitted: float) -> JobRow:
     return JobRow(job_id, name, "FAILED", exit_code, reason, submit=submitted, end=time.time())
 
 
+WAYS_OUT = "bring the local cluster up (`slurm/local-cluster up`), or run without Slurm (`--executor local`)"
+
+
+def choose_executor(choice: str) -> tuple[str, str | None]:
+    """The executor "auto" stands for, and a note when it is not the obvious one: Slurm where sbatch is on PATH
+    and a controller answers, else local (sbatch alone is no cluster: the local cluster may be down)."""
+    if choice != "auto":
+        return choice, None
+    if not slurm_query.available():
+        return "local", None
+    problem = slurm_query.controller_problem()
+    if problem:
+        return "local", (f"--executor auto: sbatch is on PATH but {problem}; running on the local executor "
+                         f"(for Slurm: `slurm/local-cluster up`, then launch again)")
+    return "slurm", None
+
+
 def make_backend(sweep_dir: Path, options: Options):
+    from orchestrator.errors import UserError
+
     kind = options.resolved_executor()
     if kind == "slurm" and not slurm_query.available():
-        from orchestrator.errors import UserError
         raise UserError("--executor slurm: sbatch is not on PATH; run on a Slurm login node, or use --executor local")
+    if kind == "slurm" and (problem := slurm_query.controller_problem()):
+        raise UserError(f"--executor slurm: {problem}; {WAYS_OUT}")
     return (SlurmBackend if kind == "slurm" else LocalBackend)(sweep_dir, options)
 
 

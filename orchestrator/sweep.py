@@ -250,10 +250,11 @@ def _expand(spec: SweepSpec, bases: _Bases, group_keys: set[str], profile: Slurm
                 cell_axes = (*chosen, ("seed", seed))
                 label = (raw_index, cell_axes)
                 raw_index += 1
+                edits = [(k, v) for k, v in cell_axes if k not in group_keys]
                 if isinstance(base, str):
                     failures.setdefault(base, []).append(label)
+                    _edit_problems(bases, edits, label, failures)
                     continue
-                edits = [(k, v) for k, v in cell_axes if k not in group_keys]
                 cell = _cell(base, edits, cell_axes, profile, label, failures)
                 if cell is None:
                     continue
@@ -301,6 +302,12 @@ class _Bases:
             self.cache[choice] = self._make([*self.groups, *choice])
         return self.cache[choice]
 
+    def fallback(self) -> _Base | str:
+        """The sweep file's own group choices with the command line's fixed edits (no group overrides)."""
+        if ("<fallback>",) not in self.cache:
+            self.cache[("<fallback>",)] = self._make([])
+        return self.cache[("<fallback>",)]
+
     def _make(self, overrides: list[str]) -> _Base | str:
         composed = self.composer.compose(overrides)
         if isinstance(composed, str):
@@ -314,6 +321,21 @@ class _Bases:
         if tracking is None or (isinstance(tracking, Mapping) and not tracking.get("experiment")):
             data = edit(data, "tracking.experiment", self.sweep_name)
         return _Base(data, interpolated_paths(data))
+
+
+def _edit_problems(bases: _Bases, edits, label, failures) -> None:
+    """A cell whose group choices do not compose (model=gpt9) still gets its other values checked, on the
+    sweep's own defaults: every problem at once. Only problems at keys this cell sets are kept; the rest may
+    belong to the defaults, not to what the user wrote."""
+    fallback = bases.fallback()
+    if isinstance(fallback, str):
+        return
+    found: dict[str, list] = {}
+    _cell(fallback, edits, tuple(edits), None, label, found)
+    keys = {k for k, _ in edits} | {o.key_or_group for o in bases.fixed}
+    for problem, labels in found.items():
+        if problem.split(":", 1)[0] in keys:
+            failures.setdefault(problem, []).extend(labels)
 
 
 def _cell(base: _Base, edits, cell_axes, profile, label, failures) -> Cell | None:

@@ -13,6 +13,10 @@ Contract
 - The sweep's parent run is RUNNING while any of its cells' jobs has it open; the watcher marks it FINISHED
   (or FAILED) once every cell is final (`close_sweep_parent`), through the `mlflow_run.json` that each
   opened cell leaves in its run directory.
+- Runs are named for people: a cell by its cell name (`k3-loss-s0`, as `orchestrate status` shows it), the
+  sweep's parent `sweep-<name>`; the run_key stays the identity, as a tag.
+- With a SQLite store, an experiment's artifacts go beside the database (`<db dir>/mlartifacts/<experiment>`),
+  not into `./mlruns` of whatever directory the job started in (`local_artifact_location`).
 - `NullTracker` has the same interface and keeps everything in memory, for unit tests.
 """
 
@@ -22,6 +26,7 @@ import json
 import logging
 import os
 import posixpath
+import re
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -38,7 +43,15 @@ from .tracking_keys import (  # noqa: F401  (re-exported for callers)
     flatten_params,
     metric_points,
 )
-from .tracking_ui import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, UI_QUERY, experiment_url  # noqa: F401  (re-exported)
+from .tracking_ui import (  # noqa: F401  (re-exported)
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    UI_QUERY,
+    VIEW_TAG_PREFIX,
+    compare_url,
+    experiment_url,
+    lead_first,
+)
 
 log = logging.getLogger(__name__)
 
@@ -155,28 +168,38 @@ class MlflowTracker:
         self._verify = True  # before the next replay, ask the store which points it already has
 
     def open_run(self, run_key, experiment, tracking_uri, params, tags, parent_run_key=None, sweep_id=None, *,
-                 run_name: str | None = None, artifact_location: str | None = None) -> str | None:
+                 run_name: str | None = None, artifact_location: str | None = None,
+                 parent_tags: Mapping[str, str] | None = None,
+                 experiment_tags: Mapping[str, str] | None = None) -> str | None:
         """Create or reopen the run tagged `run_key` (and its sweep's parent); log params and tags; replay the
         buffer. Returns the run id, or None when the store is unreachable: the run is then opened, and the
-        buffer replayed, on the first later call that reaches it."""
+        buffer replayed, on the first later call that reaches it. `run_name` names a new run (default: the
+        run_key); `parent_tags` are set on the parent at every open (what the sweep is: it may change between
+        launches, so tags, which can change, not params, which cannot); `experiment_tags` on the experiment
+        (a sweep's view of the runs table). `artifact_location` is that of a new experiment (default for
+        SQLite: `local_artifact_location`)."""
         check_run_key(run_key)
         if parent_run_key is not None:
             check_run_key(parent_run_key)
         flat = flatten_params(params)
         check_keys(flat, "param")
         check_keys(tags, "tag")
+        check_keys(parent_tags or {}, "tag")
+        check_keys(experiment_tags or {}, "tag")
         from mlflow import MlflowClient
 
         self._client = MlflowClient(tracking_uri=tracking_uri)
         self._args = dict(run_key=run_key, experiment=experiment, params=flat, parent_run_key=parent_run_key,
                           tags={k: str(v) for k, v in tags.items()}, sweep_id=sweep_id, run_name=run_name,
-                          artifact_location=artifact_location, tracking_uri=tracking_uri)
+                          artifact_location=artifact_location, tracking_uri=tracking_uri,
+                          parent_tags={k: str(v) for k, v in (parent_tags or {}).items()},
+                          experiment_tags={k: str(v) for k, v in (experiment_tags or {}).items()})
         self.run_id = None
         self.flush()
         return self.run_id
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        self._submit({"kind": "metrics", "points": metric_points(metrics, step)})
+        self._submit({"kind": "metrics", "points": metric_points(lead_first(metrics), step)})
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         flat = flatten_params(params)
@@ -271,7 +294,10 @@ class MlflowTracker:
 
     def _open(self) -> None:
         a, client = self._args, self._client
-        experiment_id = self._experiment(a["experiment"], a["artifact_location"])
+        experiment_id = self._experiment(a["experiment"], a["artifact_location"]
+                                         or local_artifact_location(a["tracking_uri"], a["experiment"]))
+        for key, value in a["experiment_tags"].items():
+            client.set_experiment_tag(experiment_id, key, value)
         sweep = {SWEEP_ID_TAG: a["sweep_id"]} if a["sweep_id"] else {}
         tags = {**a["tags"], **sweep, RUN_KEY_TAG: a["run_key"]}
         parent = None
@@ -281,15 +307,21 @@ class MlflowTracker:
             parent = tags[PARENT_TAG] = found.run_id
             if found.status != "RUNNING":  # the watcher closed it, and now a cell runs again
                 client.update_run(parent, status="RUNNING")
+            if a["parent_tags"]:
+                self._send(parent, {"kind": "tags", "values": a["parent_tags"]})
         info = self._find_or_create(experiment_id, a["run_key"], a["run_name"] or a["run_key"], tags)
         run_id = info.run_id
         # A reopened run was FINISHED/FAILED/KILLED (a new one is RUNNING); the eval job puts it back on close.
         self.status_before = info.status
         client.update_run(run_id, status="RUNNING")
-        # The eval job reopens the run without a parent: keep the one the training job found.
-        parent = parent or read_run_file(self.run_dir).get("parent_run_id")
+        # The eval job reopens the run without a parent or views: keep those the training job set.
+        before = read_run_file(self.run_dir)
+        parent = parent or before.get("parent_run_id")
+        views = sorted({*before.get("views", []), *(k.removeprefix(VIEW_TAG_PREFIX) for k in a["experiment_tags"]
+                                                     if k.startswith(VIEW_TAG_PREFIX))})
         atomic_write(self.run_dir / RUN_FILE, json.dumps({"tracking_uri": a["tracking_uri"], "run_id": run_id,
-                                                          "experiment_id": experiment_id, "parent_run_id": parent}))
+                                                          "experiment_id": experiment_id, "parent_run_id": parent,
+                                                          "views": views}))
         self._send(run_id, {"kind": "params", "values": a["params"]})
         self._send(run_id, {"kind": "tags", "values": tags})
         self.experiment_id, self.run_id = experiment_id, run_id
@@ -358,18 +390,30 @@ class MlflowTracker:
         return {(key, m.step) for key in keys for m in self._client.get_metric_history(self.run_id, key)}
 
 
+def local_artifact_location(tracking_uri: str, experiment: str) -> str | None:
+    """`<db dir>/mlartifacts/<experiment>` (a file URI) for a `sqlite:///` store, where MLflow would use
+    `./mlruns` of the working directory; None for other stores (a server has its own artifact root)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    db = Path(tracking_uri[len("sqlite:///"):].split("?", 1)[0])
+    return (db.resolve().parent / "mlartifacts" / re.sub(r"[^\w.\-]", "_", experiment)).as_uri()
+
+
 def read_run_file(run_dir: Path) -> dict:
-    """What `mlflow_run.json` in `run_dir` says (tracking_uri, experiment_id, run_id, parent_run_id), or {}."""
+    """What `mlflow_run.json` in `run_dir` says (tracking_uri, experiment_id, run_id, parent_run_id, and the
+    shared views of the runs table set on the experiment, by key), or {}."""
     try:
         return json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return {}
 
 
-def close_sweep_parent(run_dirs: Iterable[Path], status: str) -> str:
-    """Mark the sweep's parent run terminated with `status`, found through the first cell that opened its run.
-    Returns what was done, for the person watching; an unreachable store is reported, not raised: the parent's
-    status is cosmetic, and the next `orchestrate watch` of the settled sweep tries again."""
+def close_sweep_parent(run_dirs: Iterable[Path], status: str, tags: Mapping[str, str] | None = None,
+                       metrics: Mapping[str, float] | None = None) -> str:
+    """Set `tags` and `metrics` (the sweep and its summary; metrics at step 0, the latest value wins) on the
+    sweep's parent run, then mark it terminated with `status`; the parent is found through the first cell that
+    opened its run. Returns what was done, for the person watching; an unreachable store is reported, not
+    raised: the parent is a summary, and the next `orchestrate watch` of the settled sweep tries again."""
     if status not in CLOSE_STATUSES:
         raise ValueError(f"status {status!r}; valid: {', '.join(CLOSE_STATUSES)}")
     for run_dir in run_dirs:
@@ -378,13 +422,54 @@ def close_sweep_parent(run_dirs: Iterable[Path], status: str) -> str:
             break
     else:
         return "no cell has opened an MLflow run under a sweep parent; nothing to close"
+    check_keys(tags or {}, "tag")
+    points = metric_points(metrics or {}, 0)
     from mlflow import MlflowClient
+    from mlflow.entities import Metric, RunTag
 
     try:
-        MlflowClient(tracking_uri=info["tracking_uri"]).set_terminated(info["parent_run_id"], status)
+        client, parent = MlflowClient(tracking_uri=info["tracking_uri"]), info["parent_run_id"]
+        client.log_batch(parent, metrics=[Metric(k, v, ts, step) for k, v, step, ts in points],
+                         tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()])
+        client.set_terminated(parent, status)
     except Exception as exc:
         if not is_transient(exc):
             raise
         return f"MLflow store unreachable ({exc}); the sweep's parent run keeps its status"
     return f"MLflow: sweep parent run {info['parent_run_id']} marked {status}"
 
+
+
+def metric_histories(tracking_uri: str, run_ids: Mapping[str, str],
+                     keys: Iterable[str]) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """What `orchestrate report` draws: each run's history of `keys`, {run_key: {key: [(step, value), ...] by
+    step}}, from the store at `tracking_uri`; `run_ids` maps run_key -> MLflow run id (mlflow_run.json). A key
+    a run never logged is left out; a run the store lacks (deleted) maps to {}. Raises ConnectionError when the
+    store cannot be reached, a missing SQLite file included: reading never creates a store."""
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri[len("sqlite:///"):].split("?", 1)[0])
+        if not db.is_file():
+            raise ConnectionError(f"no MLflow database at {db}")
+    # A report waits for one short timeout, not MLflow's default of 7 retries with backoff (minutes).
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    client, wanted, out = MlflowClient(tracking_uri=tracking_uri), set(keys), {}
+    try:
+        for run_key, run_id in run_ids.items():
+            try:
+                logged = client.get_run(run_id).data.metrics
+            except MlflowException as exc:
+                if is_transient(exc):
+                    raise
+                out[run_key] = {}
+                continue
+            out[run_key] = {k: sorted((int(m.step), float(m.value)) for m in client.get_metric_history(run_id, k))
+                            for k in sorted(wanted & logged.keys())}
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        raise ConnectionError(f"MLflow store {tracking_uri} unreachable ({exc})") from exc
+    return out

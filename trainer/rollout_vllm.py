@@ -84,9 +84,11 @@ class VLLMEngine:
         # Eager on CPU: compiling costs ~20 s of engine start and gains nothing on a tiny model.
         eager = (not gpu) if enforce_eager is None else enforce_eager
         threads = torch.get_num_threads()
+        # use_tqdm_on_load off: the start loads the base weights, replaced at the first sync anyway; its bars
+        # were a line of carriage returns in every job log (issue 16).
         self.llm = LLM(model=str(model_path), dtype=str(dtype).removeprefix("torch."), seed=seed,
                        max_model_len=max_model_len, tensor_parallel_size=tensor_parallel, enforce_eager=eager,
-                       **kwargs)
+                       use_tqdm_on_load=False, **kwargs)
         vllm_support.restore_torch_threads(threads)
         self.asleep = False
         self.syncs = 0

@@ -25,6 +25,7 @@ from .config import RunConfig
 from .data import load_examples
 from .kl import describe_objective
 from .preempt import Preemption, requeue_self
+from .progress import StepProgress, quiet_third_party
 from .rollout import make_engine
 from .sampler import BatchSampler, RolloutQueue
 from .update import Batch, score_logprobs, update
@@ -129,16 +130,22 @@ def default_tracking_uri() -> str:
 
 
 def _open_tracker(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo, manifest: dict):
+    """The run named as `orchestrate status` names the cell, with every paper axis as an `axis/` param; its
+    sweep's parent gets the sweep (orchestrator/sweep_run.py)."""
+    from orchestrator.sweep_run import axis_params, cell_run_name, experiment_tags, read_manifest, sweep_tags
     from orchestrator.tracking import MlflowTracker, NullTracker, flatten_params
 
     if not dist.is_main:
         return NullTracker()
     tracker = MlflowTracker(ctx.run_dir)
     uri = cfg.tracking.tracking_uri or default_tracking_uri()
-    params = {**flatten_params(cfg.to_dict()), **{f"axis/{k}": v for k, v in (ctx.axes or {}).items()}}
-    tracker.open_run(ctx.run_key, cfg.tracking.experiment or "comedy", uri, params,
+    config, sweep = cfg.to_dict(), read_manifest(ctx.run_dir.parent) if ctx.sweep_id else {}
+    tracker.open_run(ctx.run_key, cfg.tracking.experiment or "comedy", uri,
+                     {**flatten_params(config), **axis_params(config, ctx.axes)},
                      {"objective/target": manifest["kl_target"]}, parent_run_key=ctx.parent_run_key,
-                     sweep_id=ctx.sweep_id)
+                     sweep_id=ctx.sweep_id, run_name=cell_run_name(ctx.run_dir, ctx.axes, ctx.run_key),
+                     parent_tags=sweep_tags(sweep) if ctx.parent_run_key else None,
+                     experiment_tags=experiment_tags(ctx.sweep_id, sweep, config) if ctx.sweep_id else None)
     tracker.log_dict(cfg.to_dict(), "config.json")
     tracker.log_dict(manifest, "objective.json")
     return tracker
@@ -156,6 +163,7 @@ def train(cfg: RunConfig, ctx: RunContext) -> dict:
 def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
     from .collapse import CollapseConfig, CollapseMonitor
 
+    quiet_third_party()
     G, world = cfg.algorithm.group_size, dist.world_size
     if cfg.optim.minibatch_prompts % world:
         raise ValueError(f"optim.minibatch_prompts {cfg.optim.minibatch_prompts} is not divisible by the "
@@ -185,6 +193,7 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
     tracker = _open_tracker(cfg, ctx, dist, manifest)
     logged = _LoggedSteps(ctx.run_dir)
     preempt, last, status = Preemption(), {}, "FINISHED"
+    progress = StepProgress(state["step"], cfg.optim.steps, enabled=dist.is_main)
     rollout.sync_weights(engine.module)  # the restored checkpoint's weights (vLLM started from the base model)
     try:
         for step in range(state["step"], cfg.optim.steps):
@@ -200,6 +209,7 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
             if cfg.data.val_every and (step + 1) % cfg.data.val_every == 0:
                 m["val_pass_at_1"] = pass_at_1(rollout, tokenizer, val_examples, cfg, sampler.grade, dist, step)
             last = _log(tracker, logged, m, step + 1, dist.is_main)
+            progress(step + 1, last)
             monitor.update(step + 1, last)
             if dist.is_main:
                 monitor.write(ctx.run_dir / "verdict.json")
@@ -221,6 +231,7 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
         status = "FAILED"
         raise
     finally:
+        progress.close()
         preempt.restore()
         rollout.close()
         if status != "KILLED":

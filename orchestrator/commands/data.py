@@ -16,6 +16,10 @@ Writes MATH train/test (7500/5000), MATH500 (500), MATH^2 (210), MMLU college ph
 tiny task's splits (generated here), as jsonl, plus MANIFEST.json (rows, sha256). Point jobs at the directory
 with $COMEDY_DATA (default: ./data)."""
 
+CHECK = """Check a prepared data directory, without network: every dataset present, its sha256 as MANIFEST.json
+records it, the expected rows, each row with problem/answer/unique_id, the tiny sets equal to a fresh
+generation, no held-out Countdown problem in the training set. Every problem at once; exit status 2 if any."""
+
 
 def register(sub) -> None:
     p = sub.add_parser("data", help="prepare or check the local datasets (jsonl + MANIFEST.json)",
@@ -28,9 +32,11 @@ def register(sub) -> None:
     prep.add_argument("--countdown-train", type=int, default=10_000, help="Countdown training problems (10000)")
     prep.add_argument("--countdown-heldout", type=int, default=500, help="held-out Countdown problems (500)")
     prep.set_defaults(func=prepare)
-    chk = actions.add_parser("check", help="verify a data directory; every problem at once", epilog=EXAMPLES,
-                             formatter_class=argparse.RawDescriptionHelpFormatter)
-    chk.add_argument("dir", type=Path, metavar="DIR")
+    chk = actions.add_parser(
+        "check", help="verify a data directory; every problem at once", epilog=EXAMPLES,
+        description=CHECK, formatter_class=argparse.RawDescriptionHelpFormatter)
+    chk.add_argument("dir", type=Path, metavar="DIR",
+                     help="the data directory `orchestrate data prepare --out` wrote (jobs read $COMEDY_DATA)")
     chk.set_defaults(func=check)
 
 

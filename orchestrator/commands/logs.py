@@ -40,8 +40,14 @@ def find_record(root: Path, prefix: str) -> Path:
 
 
 def tail(path: Path, lines: int) -> list[str]:
-    with open(path, errors="replace") as f:
+    with open(path, errors="replace", newline="\n") as f:  # lines end at \n only: a bar's \r states stay one line
         return list(deque(f, maxlen=lines))
+
+
+def last_state(line: str) -> str:
+    """A progress bar in a log is one line of many `\r`-separated states (tqdm, off a terminal): its last."""
+    states = [s for s in line.rstrip("\n").split("\r") if s.strip()]
+    return states[-1] if states else ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             shown += 1
             out.print(f"-- {stream}: {log}")
             for line in tail(log, args.lines):
-                out.print(line.rstrip("\n"), markup=False, highlight=False)
+                out.print(last_state(line), markup=False, highlight=False)
     if not shown:
         out.print("no log file yet (the jobs have not started)")
     return 0

@@ -17,6 +17,7 @@ from orchestrator.errors import UserError
 from orchestrator.identity import format_value
 from orchestrator.ledger import Ledger, apply_rows, to_poll
 from orchestrator.slurm_query import SlurmError, available, sacct
+from orchestrator.sweep_run import links
 
 EXAMPLES = """examples:
   orchestrate status sweeps/smoke.yaml
@@ -51,13 +52,19 @@ def register(subparsers) -> None:
 
 def add_sweep_dir_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sweep", metavar="SWEEP", help="the sweep file (sweeps/x.yaml) or its directory (runs/x)")
-    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+    parser.add_argument("overrides", nargs="*", default=[], metavar="OVERRIDE",
                         help="the overrides it was launched with, when they change its name or output_root")
 
 
 def sweep_dir_of(sweep: str, overrides: list[str] | None = None) -> Path:
     """The sweep directory of a sweep file (output_root/name) or the directory itself."""
     path = Path(sweep)
+    if not path.exists() and path.suffix not in (".yaml", ".yml"):
+        # A missing directory, not a malformed sweep file: say so, with the sweeps that are there.
+        near = sorted(p.name for p in path.parent.iterdir() if (p / "ledger").is_dir()) if path.parent.is_dir() else []
+        hint = f"; sweeps in {path.parent}: {', '.join(near)}" if near else ""
+        raise UserError(f"{path}: no such sweep directory{hint}; give the sweep file (sweeps/x.yaml) or "
+                        f"<output_root>/<sweep name> of a launched sweep")
     if path.is_dir():
         if not (path / "ledger").is_dir() and not (path / "manifest.json").exists():
             raise UserError(f"{path}: not a sweep directory (no ledger/ or manifest.json); give the sweep file or "
@@ -115,9 +122,25 @@ def _read(path: Path) -> dict | None:
 
 
 def rows(records: dict[str, dict]) -> list[dict]:
-    """Every cell's row, by name, each with its configuration's summary over seeds under "summary"."""
-    return results.with_summary([results.cell_row(r, run_dir_facts(Path(r["run_dir"])))
-                                 for r in sorted(records.values(), key=lambda r: r["name"])])
+    """Every cell's row, by name, each with its configuration's summary over seeds under "summary"; cells that
+    share a name carry what tells them apart (results.told_apart, from each run's config.yaml)."""
+    data = [results.cell_row(r, run_dir_facts(Path(r["run_dir"])))
+            for r in sorted(records.values(), key=lambda r: r["name"])]
+    if results.clashing_names(records.values()):  # read the configs only then: 10k YAML files take a while
+        configs = {key: _run_config(Path(r["run_dir"])) for key, r in records.items()}
+        data = sorted(results.told_apart(data, configs), key=lambda r: r["name"])
+    return results.with_summary(data)
+
+
+def _run_config(run_dir: Path) -> dict:
+    """The run's resolved config.yaml as dotted keys; tracking left out (where a run logs, not what it computes)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    return {k: v for k, v in results.flatten(data).items() if not k.startswith("tracking.")}
 
 
 def table(sweep_dir: Path, data: list[dict], width: int = 240) -> Table:
@@ -197,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.watch:
         out.print(render(sweep_dir, out.width))
+        for line in links(current_records(sweep_dir)):  # where to browse the runs (orchestrator/sweep_run.py)
+            out.print(line, soft_wrap=True, highlight=False)  # a link split over lines no longer opens
         return 0
     with Live(render(sweep_dir, out.width), console=out, auto_refresh=False) as live:
         while True:

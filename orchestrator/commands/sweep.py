@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import re
+import sys
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.rule import Rule
 from rich.table import Table
 
 from orchestrator.commands.validate import add_sweep_arguments, console, summary
 from orchestrator.commands.watch import add_watch_arguments, follow
+from orchestrator.errors import UserError
 from orchestrator.identity import format_value
 from orchestrator.plan import Plan, make_plan
 from orchestrator.rundirs import materialise
-from orchestrator.submit import Options, make_backend, render_sbatch
+from orchestrator.submit import Options, choose_executor, make_backend, render_sbatch
 from orchestrator.sweep import Sweep, load_sweep
 from orchestrator.watch import launch
 
@@ -76,8 +82,13 @@ def run(args: argparse.Namespace) -> int:
         out.print(line, soft_wrap=True)
     out.print(f"wrote {done.written} run dir(s) ({done.unchanged} unchanged, {done.kept} kept as they were) "
               f"and {done.sweep_dir / 'manifest.json'}")
+    executor, note = choose_executor(args.executor)
+    if note:
+        out.print(note, soft_wrap=True)
+    if args.train_entry == Options.train_entry:
+        ensure_models(sweep, out)
     delay = args.signal_delay if args.signal_delay is not None else sweep.profile.signal_delay_s
-    options = Options(executor=args.executor, signal_delay_s=delay, requeue=not args.no_requeue,
+    options = Options(executor=executor, signal_delay_s=delay, requeue=not args.no_requeue,
                       train_entry=args.train_entry, eval_entry=args.eval_entry)
     sweep_dir = done.sweep_dir.absolute()
     backend = make_backend(sweep_dir, options)
@@ -98,6 +109,56 @@ def run(args: argparse.Namespace) -> int:
                       parallelism=sweep.profile.array_parallelism, out=out)
     out.print(f"follow it: orchestrate status {sweep_dir}   |   resubmit failures: orchestrate watch {sweep_dir}")
     return 0
+
+
+SFT_STEP = re.compile(r"\[tiny-model\] sft step (\d+)/(\d+)")
+
+
+def ensure_models(sweep: Sweep, out: Console) -> None:
+    """Build the tiny model here, with a progress bar, when a cell trains it and it is missing: otherwise the first
+    job builds it (about 3 minutes) and the terminal shows nothing until the job's log does."""
+    from trainer.tiny_model import TinyModelConfig, cache_root, ensure_tiny_model
+
+    if not any(c.config.model.is_tiny for c in sweep.cells):
+        return
+    config = TinyModelConfig()
+    if (cache_root() / config.key() / "build.json").is_file():
+        return
+    out.print(f"the tiny model is not in {cache_root()} yet: building it before submitting (once, about 3 min)")
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    # The bar's console holds on to the real stdout: the build's own prints are redirected below.
+    bar = Console(file=sys.stdout, highlight=False, markup=False, width=out.width)
+    with Progress(*columns, console=bar, transient=True) as progress:
+        task = progress.add_task("tiny model: warm-start steps", total=config.sft_steps)
+        # The build reports its steps as printed lines (trainer/tiny_model.py): they move the bar.
+        try:
+            with contextlib.redirect_stdout(_Lines(lambda line: _advance(progress, task, line))):
+                path = ensure_tiny_model(config)
+        except OSError as err:
+            raise UserError(f"cannot build the tiny model in {cache_root()}: {err}; free some space there or set "
+                            f"COMEDY_CACHE to a writable directory") from None
+    out.print(f"tiny model ready: {path}")
+
+
+def _advance(progress: Progress, task, line: str) -> None:
+    match = SFT_STEP.search(line)
+    if match:
+        progress.update(task, completed=int(match[1]))
+    elif "accuracy" in line:  # after the steps, the build scores the model (build.json)
+        progress.update(task, description=f"scoring the tiny model: {line.removeprefix('[tiny-model] ')}")
+
+
+class _Lines(io.TextIOBase):
+    """A text stream that hands each complete line to `on_line`."""
+
+    def __init__(self, on_line):
+        self.on_line, self.pending = on_line, ""
+
+    def write(self, text: str) -> int:
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            self.on_line(line)
+        return len(text)
 
 
 def print_plan(console: Console, sweep: Sweep, plan: Plan, rows: int) -> None:

@@ -22,7 +22,8 @@ def register(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("config", type=Path, help="run config YAML")
-    p.add_argument("overrides", nargs="*", help="dotted key=value overrides, e.g. kl.beta=0.1")
+    p.add_argument("overrides", nargs="*", default=[], metavar="OVERRIDE",
+                   help="dotted key=value overrides, e.g. kl.beta=0.1")
     p.add_argument("--run-dir", type=Path, help="run directory (default: runs/train/<run_key>)")
     p.add_argument("--micro-groups", type=int, default=4,
                    help="prompt groups per micro-batch: memory only, the gradient is the same (default 4)")
@@ -42,6 +43,12 @@ def load_run_config(path: Path, overrides: list[str]):
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise UserError(f"{path} is not valid YAML: {err}") from None
+    if isinstance(data, dict) and "sweep" in data:  # its Hydra defaults list would read as four config problems
+        header = data["sweep"] if isinstance(data["sweep"], dict) else {}
+        cells = Path(str(header.get("output_root", "runs"))) / str(header.get("name", path.stem))
+        raise UserError(f"{path} is a sweep file (it has a `sweep:` section), not a run config: launch it with "
+                        f"`orchestrate sweep {path}`, or train one of its cells from the config.yaml that "
+                        f"`orchestrate sweep` writes: `orchestrate train {cells}/<run_key>/config.yaml`")
     bad = [o for o in overrides if "=" not in o]
     if bad:
         raise UserError(f"overrides must be key=value, got: {', '.join(bad)}")

@@ -23,7 +23,8 @@ Exit status: 0 valid, 2 invalid (every problem listed with its key path, bad val
 
 def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("sweep", metavar="SWEEP", help="a sweep file, e.g. sweeps/onpolicy.yaml")
-    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE",
+    # default=[]: argparse otherwise counts a "*" positional as required and names it in the missing-SWEEP error.
+    parser.add_argument("overrides", nargs="*", default=[], metavar="OVERRIDE",
                         help="Hydra-syntax overrides: key=value, group=option, key=a,b")
 
 

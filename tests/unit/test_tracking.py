@@ -111,10 +111,12 @@ def test_collapse_tags_match_the_verdicts_own_and_land_on_the_run():
     assert t.tags["collapse/verdict"] == "collapsed"
 
 
-def test_experiment_url_opens_the_runs_table_of_a_server_and_is_none_for_a_local_store():
+def test_experiment_url_opens_the_runs_table_of_a_server_or_of_the_local_ui_for_a_local_store():
     assert experiment_url("http://127.0.0.1:5000/", "7") == \
         "http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
-    assert experiment_url("sqlite:///mlflow.db", "7") is None
+    # A SQLite store has no UI of its own: the link is the one `make mlflow-ui` serves.
+    assert experiment_url("sqlite:///mlflow.db", "7") == \
+        "http://127.0.0.1:5000/#/experiments/7/runs?workflowType=machine_learning"
 
 
 def _wrapped_like_mlflow(cause: BaseException) -> Exception:
