@@ -115,7 +115,7 @@ def ours(calls: Calls, folder: Path, seeds: int) -> dict:
     t2 = time.perf_counter()
     submit = calls.count(log)
     log = calls.phase("ours-status")
-    from orchestrator.commands.status import current_records, rows
+    from orchestrator.cell_state import current_records, rows
 
     t3 = time.perf_counter()
     rows(current_records(sweep_dir))

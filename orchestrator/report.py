@@ -1,4 +1,4 @@
-"""`orchestrate report`'s content: pure functions from status's rows (orchestrator/commands/status.py `rows`), each
+"""`orchestrate report`'s content: pure functions from status's rows (orchestrator/cell_state.py `rows`), each
 cell's KL settings and its metric histories, to the report's tables and a document rendered as Markdown or HTML.
 The figures are drawn by orchestrator/report_plots.py; orchestrator/commands/report.py reads and writes.
 

@@ -132,8 +132,8 @@ def _safe(value: str) -> str:
 def close_parent(records: dict[str, dict]) -> str:
     """Give the settled sweep's parent MLflow run the sweep (`sweep_tags`) and its summary (`summary_fields`),
     and mark it with `sweep_status`; returns what was done."""
-    from orchestrator.commands.status import rows as status_rows  # the rows `orchestrate status` shows
-    from orchestrator.tracking import close_sweep_parent
+    from orchestrator.cell_state import rows as status_rows  # the rows `orchestrate status` shows
+    from orchestrator.tracking_sweep import close_sweep_parent
 
     run_dirs = [Path(r["run_dir"]) for r in records.values() if r.get("run_dir")]
     tags, metrics = summary_fields(status_rows(records))

@@ -8,14 +8,8 @@ import sys
 from pathlib import Path
 
 from orchestrator import report
-from orchestrator.commands.status import (
-    _read,
-    _run_config,
-    add_sweep_dir_argument,
-    current_records,
-    rows,
-    sweep_dir_of,
-)
+from orchestrator.cell_state import current_records, read_json, rows, run_config
+from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
 from orchestrator.identity import cell_name
 from orchestrator.ledger import Ledger
 from orchestrator.sweep_run import read_manifest
@@ -50,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else sweep_dir / "report"
     records = current_records(sweep_dir) if Ledger(sweep_dir).exists() else {}
     data = rows(records)
-    kls = {key: report.kl_settings(r["axes"], _run_config(Path(r["run_dir"]))) for key, r in records.items()}
+    kls = {key: report.kl_settings(r["axes"], run_config(Path(r["run_dir"]))) for key, r in records.items()}
     histories, notes = read_histories(records)
     cells = [{"row": r, "kl": kls[r["run_key"]], "history": histories[r["run_key"]]} for r in data]
     out.mkdir(parents=True, exist_ok=True)
@@ -78,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
 def read_histories(records: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
     """Each cell's curves, {run_key: {metric: [(step, value)]}}, and notes on where they came from: MLflow for
     the cells that opened a run there, else (no run, or the store unreachable) the run directory."""
-    from orchestrator.tracking import metric_histories, read_run_file
+    from orchestrator.tracking import read_run_file
+    from orchestrator.tracking_sweep import metric_histories
 
     by_uri: dict[str, dict[str, str]] = {}
     for key, record in records.items():
@@ -107,11 +102,11 @@ def read_histories(records: dict[str, dict]) -> tuple[dict[str, dict], list[str]
 def run_dir_history(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """The curves a run directory keeps: the latest checkpoint's collapse history (the keys the collapse rules
     read) and the last logged step's metrics (last_metrics.json, every key at one step)."""
-    latest = _read(run_dir / "checkpoints" / "latest.json") or {}
-    state = _read(run_dir / "checkpoints" / str(latest.get("tag")) / "state.json") or {}
+    latest = read_json(run_dir / "checkpoints" / "latest.json") or {}
+    state = read_json(run_dir / "checkpoints" / str(latest.get("tag")) / "state.json") or {}
     history = {k: {int(s): float(v) for s, v in points}
                for k, points in ((state.get("collapse") or {}).get("history") or {}).items() if k in report.CURVES}
-    last = _read(run_dir / "last_metrics.json") or {}
+    last = read_json(run_dir / "last_metrics.json") or {}
     for key, value in (last.get("metrics") or {}).items():
         if key in report.CURVES and isinstance(last.get("step"), int) and isinstance(value, (int, float)):
             history.setdefault(key, {})[last["step"]] = float(value)

@@ -208,7 +208,8 @@ def test_the_experiment_link_lands_on_the_runs_table(server, tmp_path):
 
 
 def test_sweep_parent_is_closed_when_settled_and_reopened_by_a_resubmitted_cell(tmp_path):
-    from orchestrator.tracking import close_sweep_parent, read_run_file
+    from orchestrator.tracking import read_run_file
+    from orchestrator.tracking_sweep import close_sweep_parent
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     cell = open_cell(tmp_path / "cellA", uri, "cellA", retry_after_s=0)

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from orchestrator.ledger import Ledger
-from orchestrator.tracking import MlflowTracker, metric_histories, read_run_file
+from orchestrator.tracking import MlflowTracker, read_run_file
+from orchestrator.tracking_sweep import metric_histories
 from trainer.collapse import CollapseMonitor
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import cell_state
 from orchestrator import ledger as L
 from orchestrator.commands import status
 from orchestrator.jobs import EVAL_ENTRY, run_eval
@@ -73,7 +74,7 @@ def test_status_shows_what_the_real_eval_and_collapse_writers_wrote(tmp_path, mo
     print(f"evaluation took {time.monotonic() - start:.1f}s")
 
     written = summary["tasks"]["tiny"]["metrics"][f"eval/tiny/mean_at_{K}"]
-    rows = {r["name"]: r for r in status.rows(status.current_records(sweep_dir))}
+    rows = {r["name"]: r for r in cell_state.rows(cell_state.current_records(sweep_dir))}
     row = rows["k1-reward-s0"]
     assert row["eval"][f"eval/tiny/mean_at_{K}"] == written
     assert (row["verdict"], row["verdict_reason"]) == ("unstable", monitor.verdict.reason)

@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator import cell_state, report
 from orchestrator import ledger as L
-from orchestrator import report
 from orchestrator.cli import main
-from orchestrator.commands import status
 from orchestrator.identity import cell_name
 from orchestrator.jobs import write_json
 from trainer.checkpoint import tag_for
@@ -80,8 +79,8 @@ def sweep(tmp_path) -> Path:
 
 
 def loaded(sweep_dir: Path):
-    records = status.current_records(sweep_dir)
-    data = status.rows(records)
+    records = cell_state.current_records(sweep_dir)
+    data = cell_state.rows(records)
     kls = {k: report.kl_settings(r["axes"], {}) for k, r in records.items()}
     return data, kls
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from orchestrator import cell_state, results
 from orchestrator import ledger as L
-from orchestrator import results
 from orchestrator.cli import main
 from orchestrator.commands import status
 
@@ -86,7 +86,7 @@ def test_headers_are_short():
 
 
 def test_rows_carry_the_evaluation_and_the_verdict_with_its_reason(sweep_dir):
-    rows = {r["name"]: r for r in status.rows(status.current_records(sweep_dir))}
+    rows = {r["name"]: r for r in cell_state.rows(cell_state.current_records(sweep_dir))}
     unstable = rows["k1-reward-s0"]
     assert unstable["eval"]["eval/tiny/mean_at_4"] == 0.524 and unstable["eval"]["eval/tiny_ood/mean_at_4"] == 0.161
     assert (unstable["verdict"], unstable["verdict_step"], unstable["verdict_reason"]) == ("unstable", 8, REASON)
@@ -110,7 +110,7 @@ def test_a_give_up_reason_and_a_verdict_reason_both_show():
 
 
 def test_the_summary_gives_mean_and_spread_over_the_seeds_that_have_it(sweep_dir):
-    rows = status.rows(status.current_records(sweep_dir))
+    rows = cell_state.rows(cell_state.current_records(sweep_dir))
     by_config = {s["config"]: s for s in results.summary(rows)}
     assert list(by_config) == ["k1-reward", "k3-loss"]
     k1 = by_config["k1-reward"]

@@ -1,0 +1,81 @@
+"""Each cell of a launched sweep as `status`, `report` and the sweep's MLflow summary see it: the ledger's record
+with Slurm's current state applied (one sacct for the whole sweep), and what its run directory says (the files
+are listed in orchestrator/results.py, which turns both into rows). Reads only; writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from orchestrator import results
+from orchestrator.errors import UserError
+from orchestrator.ledger import Ledger, apply_rows, to_poll
+from orchestrator.slurm_query import SlurmError, available, sacct
+
+
+def current_records(sweep_dir: Path) -> dict[str, dict]:
+    """The ledger's records with Slurm's current states applied in memory (one sacct; nothing written)."""
+    ledger = Ledger(sweep_dir)
+    if not ledger.exists():
+        raise UserError(f"{sweep_dir}: nothing submitted yet (no ledger); run `orchestrate sweep` first")
+    records = ledger.records()
+    ids = [j for r in records.values() for j in to_poll(r) if _is_slurm(r)]
+    if ids and available():
+        try:
+            rows = sacct(ids)
+        except SlurmError as err:
+            raise UserError(f"cannot read job states: {err}") from None
+        for record in records.values():
+            apply_rows(record, rows)
+    return records
+
+
+def _is_slurm(record: dict) -> bool:
+    return all(j.get("executor", "slurm") == "slurm" for j in record["jobs"])
+
+
+def run_dir_facts(run_dir: Path) -> dict:
+    """What the run directory says: step (latest checkpoint), latest metrics, the collapse verdict with its step
+    and reason, the evaluation's metrics (see orchestrator/results.py for the files' contract)."""
+    facts: dict = {"step": None, "metrics": {}}
+    latest_ckpt = read_json(run_dir / "checkpoints" / "latest.json")
+    if latest_ckpt:
+        facts["step"] = latest_ckpt.get("step")
+        state = read_json(run_dir / "checkpoints" / str(latest_ckpt.get("tag")) / "state.json") or {}
+        history = (state.get("collapse") or {}).get("history", {})
+        facts["metrics"] = {k: points[-1][1] for k, points in history.items() if points}
+    # The trainer's last logged step (trainer/train.py), newer than the checkpoint's and with every metric.
+    facts["metrics"].update((read_json(run_dir / "last_metrics.json") or {}).get("metrics", {}))
+    facts.update(results.verdict_fields(read_json(run_dir / "verdict.json")))
+    facts["eval"] = results.eval_metrics((read_json(run_dir / "eval_result.json") or {}).get("result"))
+    return facts
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def rows(records: dict[str, dict]) -> list[dict]:
+    """Every cell's row, by name, each with its configuration's summary over seeds under "summary"; cells that
+    share a name carry what tells them apart (results.told_apart, from each run's config.yaml)."""
+    data = [results.cell_row(r, run_dir_facts(Path(r["run_dir"])))
+            for r in sorted(records.values(), key=lambda r: r["name"])]
+    if results.clashing_names(records.values()):  # read the configs only then: 10k YAML files take a while
+        configs = {key: run_config(Path(r["run_dir"])) for key, r in records.items()}
+        data = sorted(results.told_apart(data, configs), key=lambda r: r["name"])
+    return results.with_summary(data)
+
+
+def run_config(run_dir: Path) -> dict:
+    """The run's resolved config.yaml as dotted keys; tracking left out (where a run logs, not what it computes)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    return {k: v for k, v in results.flatten(data).items() if not k.startswith("tracking.")}
