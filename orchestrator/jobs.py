@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -41,10 +42,24 @@ def run_train(entry: str, run_dir: str):
 
 def run_eval(entry: str, run_dir: str):
     """Evaluate, and keep the result beside the run (what `orchestrate status` shows)."""
+    quiet_job_log()
     result = resolve_entry(entry)(Path(run_dir))
     if is_rank0():
         write_json(Path(run_dir) / "eval_result.json", {"result": result, "code": code_dir(), "at": time.time()})
     return result
+
+
+def quiet_job_log() -> None:
+    """An evaluation job's log without progress bars (lm-eval's requests, datasets, the export's shard loads): in a
+    file each is a line of carriage returns that `orchestrate logs` can only show at its last state. On a terminal
+    (an evaluation run by hand) they stay. The training job's noise is filtered in trainer/progress.py."""
+    if sys.stdout.isatty():
+        return
+    from trainer.progress import quiet_third_party
+
+    quiet_third_party()
+    os.environ.setdefault("TQDM_DISABLE", "1")  # tqdm >= 4.66 reads its defaults from TQDM_* variables
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 
 def code_dir() -> str:

@@ -41,3 +41,8 @@ def test_smoke_vllm_sweep_trains_and_evaluates_every_cell_on_slurm(tmp_path):
         assert {"eval/tiny/mean_at_4", "eval/tiny_ood/mean_at_4"} <= set(row["eval"]), row["eval"]
         assert 0.0 < row["eval"]["eval/tiny/mean_at_4"] <= 1.0  # the warm start solves some in-domain problems
         assert row["step"] == 4 and 0.0 <= row["metrics"]["train/reward_mean"] <= 1.0  # the trainer's last step
+    # Quiet job logs: no progress bars (a line of carriage returns each) in any training or evaluation job's log.
+    logs = sorted((tmp_path / "smoke-vllm" / "slurm").glob("*/*_log.*"))
+    assert logs, "no job logs found"
+    noisy = [p.name for p in logs if "it/s]" in p.read_text(errors="replace")]
+    assert not noisy, f"progress bars in job logs: {noisy}"
