@@ -158,11 +158,15 @@ def test_bad_settings_are_one_clear_message(tmp_path, monkeypatch):
         VLLMEngine(None, None, tmp_path)
 
 
-def test_train_with_an_engine_vllm_cannot_run_is_one_message(tmp_path, capsys):
-    """`orchestrate train` with a model whose head size vLLM's CPU build cannot run: a message, no traceback."""
+def test_train_with_an_engine_vllm_cannot_run_is_one_message(tmp_path):
+    """`orchestrate train` with a model whose head size vLLM's CPU build cannot run: a message, no traceback.
+    In its own process, as a user runs it (this module's engine and process group stay out of its way)."""
+    import os
+    import subprocess
+    import sys
+
     import yaml
 
-    from orchestrator.cli import main
     from tests.support.trainer_run import config_dict
     from trainer.tiny_model import ensure_tiny_model, fast_config
 
@@ -175,6 +179,10 @@ def test_train_with_an_engine_vllm_cannot_run_is_one_message(tmp_path, capsys):
                     model={"name_or_path": str(model)})
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump(d))
-    assert main(["train", str(config), "--run-dir", str(tmp_path / "run")]) == 2
-    err = capsys.readouterr().err
-    assert "head size 24" in err and "Traceback" not in err
+    # Without the rank variables this module's own process group left in the environment.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "train", str(config), "--run-dir",
+                          str(tmp_path / "run")], capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "head size 24" in out.stderr and "Traceback" not in out.stderr
