@@ -46,6 +46,8 @@ def make(tmp_path):
         names.append(name)
         sweep = load_sweep(REPO / "sweeps" / "smoke.yaml", [f"sweep.name={name}", f"sweep.output_root={tmp_path}",
                                                             f"sweep.seeds=[{','.join(map(str, seeds))}]", *SMALL,
+                                                            # real training jobs log here, not into the checkout
+                                                            f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}",
                                                             *overrides])
         done = materialise(sweep, make_plan(sweep))
         for cell, probe in zip(sweep.cells, probes):
