@@ -50,16 +50,13 @@ def run_eval(entry: str, run_dir: str):
 
 
 def quiet_job_log() -> None:
-    """An evaluation job's log without progress bars (lm-eval's requests, datasets, the export's shard loads): in a
-    file each is a line of carriage returns that `orchestrate logs` can only show at its last state. On a terminal
-    (an evaluation run by hand) they stay. The training job's noise is filtered in trainer/progress.py."""
+    """An evaluation job's log without the training job's known noise (trainer/progress.py). Progress bars stay
+    (vLLM needs its bar's timing); `orchestrate logs` shows each at its last state. On a terminal, nothing changes."""
     if sys.stdout.isatty():
         return
     from trainer.progress import quiet_third_party
 
     quiet_third_party()
-    os.environ.setdefault("TQDM_DISABLE", "1")  # tqdm >= 4.66 reads its defaults from TQDM_* variables
-    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 
 def code_dir() -> str:

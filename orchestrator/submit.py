@@ -95,7 +95,8 @@ def snapshot_code(sweep_dir: Path, repo: Path = REPO) -> Path:
 
 
 def setup_lines(code: Path | str) -> list[str]:
-    """Shell lines before the job's python: the snapshot first on sys.path, the working directory off it."""
+    """Shell lines before the job's python: the snapshot first on sys.path, the working directory off it.
+    (Not TQDM_DISABLE: vLLM 0.32 divides by a disabled bar's elapsed time, 0, and the evaluation dies.)"""
     code = shlex.quote(str(code))
     return [f"export PYTHONPATH={code}${{PYTHONPATH:+:$PYTHONPATH}}", "export PYTHONSAFEPATH=1",
             f"export COMEDY_CODE={code}"]

@@ -20,12 +20,13 @@ REWARD, KL, STEP_TIME = "train/reward_mean", "train/kl_k1", "perf/step_time_s"
 def quiet_third_party() -> None:
     """Silence, precisely, what every job printed and no user can act on (issue 16 lists them):
     - four FutureWarnings a job from torch.distributed: DeepSpeed ZeRO-3 calls `all_gather_into_tensor` and
-      `reduce_scatter_tensor`, deprecated in torch 2.13; the fix is DeepSpeed's, our pin keeps it;
+      `reduce_scatter_tensor`, deprecated in torch 2.13; the fix is DeepSpeed's, our pin keeps it; and two from
+      vLLM's kernel dispatcher touching `torch.distributed.reduce_op` (vLLM's to fix);
     - transformers' "Loading weights" bars: one line of carriage returns per model load in a log, for a load
       that takes milliseconds (the tiny model) or is timed in the job's own lines anyway;
     - MLflow creating and migrating its SQLite tables (mlflow.store.db.utils, alembic) on a run's first use.
     Other warnings, and these loggers' warnings and errors, still show."""
-    deprecated = r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated"
+    deprecated = r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor|reduce_op)` is deprecated"
     warnings.filterwarnings("ignore", message=deprecated, category=FutureWarning)
     try:
         from transformers.utils import logging as hf_logging
