@@ -17,7 +17,8 @@ Contract
   sweep's parent `sweep-<name>`; the run_key stays the identity, as a tag.
 - With a SQLite store, an experiment's artifacts go beside the database (`<db dir>/mlartifacts/<experiment>`),
   not into `./mlruns` of whatever directory the job started in (`local_artifact_location`).
-- `NullTracker` has the same interface and keeps everything in memory, for unit tests.
+- `NullTracker` (orchestrator/tracking_null.py) has the same interface and keeps everything in memory, for unit
+  tests and the ranks that do not log.
 """
 
 from __future__ import annotations
@@ -30,10 +31,9 @@ import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from trainer.atomic import atomic_write
-from trainer.metrics import TAG_COLLAPSE_REASON, TAG_COLLAPSE_STEP, TAG_COLLAPSE_VERDICT
 
 from .tracking_buffer import _BATCH, OfflineBuffer, is_transient  # noqa: F401  (re-exported for callers)
 from .tracking_keys import (  # noqa: F401  (re-exported for callers)
@@ -53,6 +53,9 @@ from .tracking_ui import (  # noqa: F401  (re-exported)
     lead_first,
 )
 
+if TYPE_CHECKING:
+    from .tracking_null import Tracker
+
 log = logging.getLogger(__name__)
 
 RUN_KEY_TAG, SWEEP_ID_TAG, PARENT_TAG = "run_key", "sweep_id", "mlflow.parentRunId"
@@ -60,84 +63,16 @@ CLOSE_STATUSES = ("FINISHED", "FAILED", "KILLED")
 RUN_FILE = "mlflow_run.json"  # in each opened cell's run directory: where its run (and parent) live
 
 
-
 def collapse_tags(verdict: Mapping[str, Any]) -> dict[str, str]:
     """Tags for a collapse verdict (`trainer.collapse.CollapseVerdict.to_dict()`): verdict, step, reason."""
-    step = verdict.get("step")
-    return {TAG_COLLAPSE_VERDICT: str(verdict["verdict"]), TAG_COLLAPSE_STEP: "" if step is None else str(step),
-            TAG_COLLAPSE_REASON: str(verdict.get("reason", ""))[:5000]}  # MLflow's tag value limit is 8000
+    from trainer.collapse import CollapseVerdict
+
+    return CollapseVerdict.from_dict(verdict).tags()
 
 
 def mark_collapse(tracker: Tracker, verdict: Mapping[str, Any]) -> None:
     """Record a run's collapse verdict as `collapse/*` tags, so runs can be filtered by it in the UI."""
     tracker.set_tags(collapse_tags(verdict))
-
-
-class Tracker(Protocol):
-    """What the trainer and the eval runner log through. `run_id` is None until the run is open."""
-
-    run_id: str | None
-
-    def open_run(self, run_key: str, experiment: str, tracking_uri: str, params: Mapping[str, Any],
-                 tags: Mapping[str, str], parent_run_key: str | None = None,
-                 sweep_id: str | None = None) -> str | None: ...
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None: ...
-    def log_params(self, params: Mapping[str, Any]) -> None: ...
-    def set_tags(self, tags: Mapping[str, str]) -> None: ...
-    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None: ...
-    def log_dict(self, obj: Any, name: str) -> None: ...
-    def flush(self) -> bool: ...
-    def close(self, status: str = "FINISHED") -> None: ...
-
-
-class NullTracker:
-    """Same interface as `MlflowTracker`, same key checks; keeps everything in memory for tests to read."""
-
-    def __init__(self) -> None:
-        self.run_id: str | None = None
-        self.metrics: list[tuple[str, float, int]] = []
-        self.params: dict[str, str] = {}
-        self.tags: dict[str, str] = {}
-        self.artifacts: list[str] = []
-        self.dicts: dict[str, Any] = {}
-        self.status: str | None = None
-
-    def open_run(self, run_key, experiment, tracking_uri, params, tags, parent_run_key=None, sweep_id=None):
-        check_run_key(run_key)
-        self.log_params(params)
-        self.set_tags({**tags, RUN_KEY_TAG: run_key, **({SWEEP_ID_TAG: sweep_id} if sweep_id else {})})
-        self.run_id, self.status = f"null-{run_key}", "RUNNING"
-        return self.run_id
-
-    def log_metrics(self, metrics, step):
-        self.metrics.extend((k, v, s) for k, v, s, _ in metric_points(metrics, step))
-
-    def log_params(self, params):
-        flat = flatten_params(params)
-        check_keys(flat, "param")
-        changed = [f"param {k!r}: {self.params[k]!r} -> {v!r}" for k, v in flat.items()
-                   if self.params.get(k, v) != v]
-        if changed:  # MLflow params are immutable; mirror that so tests catch it here
-            raise ValueError("params cannot change: " + "; ".join(changed))
-        self.params.update(flat)
-
-    def set_tags(self, tags):
-        check_keys(tags, "tag")
-        self.tags.update({k: str(v) for k, v in tags.items()})
-
-    def log_artifact(self, path, artifact_path=None):
-        self.artifacts.append(str(path))
-
-    def log_dict(self, obj, name):
-        self.dicts[name] = json.loads(json.dumps(obj, default=str))  # what the file would hold
-
-    def flush(self):
-        return True
-
-    def close(self, status="FINISHED"):
-        if status not in CLOSE_STATUSES:
-            raise ValueError(f"status {status!r}; valid: {', '.join(CLOSE_STATUSES)}")
-        self.status = status
 
 
 class MlflowTracker:

@@ -61,9 +61,11 @@ class VLLMEngine:
                  gpu_memory_utilization: float = 0.3, sleep_mode: bool | None = None, world_size: int = 1,
                  enforce_eager: bool | None = None):
         vllm_support.require("rollout.engine=vllm")
-        problems = vllm_support.problems(model_path)
+        # Before the engine starts: one message, not a trace from inside vLLM's start.
+        limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        problems = vllm_support.problems(model_path, limit, max_model_len)
         if problems:
-            raise vllm_support.VLLMUnavailable("; ".join(problems))
+            raise vllm_support.VLLMUnavailable("rollout.engine=vllm: " + "; ".join(problems))
         supported = vllm_support.sleep_supported()
         if sleep_mode and not supported:
             raise vllm_support.VLLMUnavailable(
@@ -91,14 +93,12 @@ class VLLMEngine:
                        use_tqdm_on_load=False, **kwargs)
         vllm_support.restore_torch_threads(threads)
         self.asleep = False
-        self.syncs = 0
 
     def sync_weights(self, model) -> None:
         """Load the trained weights into the engine (colocated: same device, no network, no disk)."""
         self.wake()
         self.llm.collective_rpc(_load_weights, args=(gathered_parameters(model),))
         self.llm.reset_prefix_cache()  # cached KV of shared prompt prefixes was computed by the old weights
-        self.syncs += 1
 
     def close(self) -> None:
         """Shut the engine down and leave vLLM's process groups, so that a later engine in this process (a

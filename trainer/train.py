@@ -110,15 +110,9 @@ def build_rollout(cfg: RunConfig, engine, tokenizer, path: str, dist: distribute
     r = cfg.rollout
     if r.engine == "hf":
         return make_engine("hf", engine.module, tokenizer, ds_engine=engine)
-    from . import vllm_support
-
-    needed = r.max_prompt_tokens + r.max_response_tokens
-    limit = engine.module.config.max_position_embeddings
-    problems = vllm_support.problems(path, limit, needed)
-    if problems:
-        raise vllm_support.VLLMUnavailable("rollout.engine=vllm: " + "; ".join(problems))
     return make_engine("vllm", engine.module, tokenizer, model_path=path, dtype=train_dtype(cfg, dist),
-                       seed=cfg.seed, max_model_len=needed, tensor_parallel=r.tensor_parallel,
+                       seed=cfg.seed, max_model_len=r.max_prompt_tokens + r.max_response_tokens,
+                       tensor_parallel=r.tensor_parallel,
                        gpu_memory_utilization=r.gpu_memory_utilization, sleep_mode=r.sleep_mode,
                        world_size=dist.world_size)
 
@@ -133,7 +127,8 @@ def _open_tracker(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo, m
     """The run named as `orchestrate status` names the cell, with every paper axis as an `axis/` param; its
     sweep's parent gets the sweep (orchestrator/sweep_run.py)."""
     from orchestrator.sweep_run import axis_params, cell_run_name, experiment_tags, read_manifest, sweep_tags
-    from orchestrator.tracking import MlflowTracker, NullTracker, flatten_params
+    from orchestrator.tracking import MlflowTracker, flatten_params
+    from orchestrator.tracking_null import NullTracker
 
     if not dist.is_main:
         return NullTracker()

@@ -13,16 +13,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+
+from tests.support.mlflow_server import MlflowServer
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -98,42 +96,6 @@ def build_sweep(root: Path, uri: str) -> dict[str, dict]:
     return records
 
 
-class UiServer:
-    """`mlflow server` over the store, as `make mlflow-ui` starts it, on a free port; stop() ends its group."""
-
-    def __init__(self, uri: str, root: Path):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log = root / "mlflow-server.log"
-        cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri, "--artifacts-destination",
-               str(root / "mlartifacts"), "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
-        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # as the Makefile's mlflow-ui
-        with open(self.log, "w") as out:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=root,
-                                         start_new_session=True)
-
-    def wait(self, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                urllib.request.urlopen(f"{self.base}/health", timeout=2)
-                return
-            except OSError:
-                time.sleep(0.5)
-        pytest.fail(f"mlflow server did not come up:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-
-
 def browse(binary: str, url: str, shot: Path, profile: Path) -> str:
     """The page's rendered DOM after scripts ran, and a screenshot of it at `shot`."""
     base = [binary, *BROWSER, f"--user-data-dir={profile}"]
@@ -160,13 +122,13 @@ def test_the_printed_links_open_the_sweeps_runs_table_and_compare_view(tmp_path,
     assert "serve it first" in lines[2] and "make mlflow-ui" in lines[2]
     runs_link, compare_link = (line.split(": ", 1)[1] for line in lines[:2])
     assert runs_link.startswith(LOCAL_UI) and compare_link.startswith(LOCAL_UI)
-    server = UiServer(uri, tmp_path)
+    server = MlflowServer(tmp_path, backend_uri=uri)  # as `make mlflow-ui` serves the store
     try:
-        server.wait()
+        server.start()
         # The links name the UI of `make mlflow-ui` (port 5000); this test's server listens on a free port.
-        runs_dom = browse(binary, runs_link.replace(LOCAL_UI, server.base), tmp_path / "runs-table.png",
+        runs_dom = browse(binary, runs_link.replace(LOCAL_UI, server.uri), tmp_path / "runs-table.png",
                           tmp_path / "chromium")
-        compare_dom = browse(binary, compare_link.replace(LOCAL_UI, server.base), tmp_path / "compare.png",
+        compare_dom = browse(binary, compare_link.replace(LOCAL_UI, server.uri), tmp_path / "compare.png",
                              tmp_path / "chromium")
     finally:
         server.stop()

@@ -13,9 +13,7 @@ import requests
 
 from orchestrator.tracking import (
     MlflowTracker,
-    NullTracker,
     OfflineBuffer,
-    Tracker,
     TrackingKeyError,
     check_keys,
     collapse_tags,
@@ -25,6 +23,7 @@ from orchestrator.tracking import (
     mark_collapse,
     metric_points,
 )
+from orchestrator.tracking_null import NullTracker, Tracker
 from trainer.collapse import CollapseVerdict
 
 
