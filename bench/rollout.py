@@ -110,7 +110,7 @@ def trainer_steps(args, engine: str) -> dict:
     """Item 3: the real trainer with rollout.engine=`engine`; its per-step metrics read back from MLflow."""
     from mlflow import MlflowClient
 
-    from orchestrator.identity import run_key
+    from record.identity import run_key
     from trainer.config import RunConfig
     from trainer.train import RunContext, train
 

@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from trainer.config import AlgorithmConfig
+from trainer.config_objective import AlgorithmConfig
 from trainer.objective import rl_loss
 from trainer.toy import DTYPE, sample, token_logprobs
 from trainer.toy_study import PAPER_CONFIGS, kl_config, run_study

@@ -31,7 +31,7 @@ import time
 
 
 def ours(args) -> tuple[list[float], float]:
-    from orchestrator.identity import run_key
+    from record.identity import run_key
     from trainer.config import RunConfig
     from trainer.train import RunContext, train
 

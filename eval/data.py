@@ -26,8 +26,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from record.rundir import atomic_write
 from trainer import tasks
-from trainer.atomic import atomic_write
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = "MANIFEST.json"

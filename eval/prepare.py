@@ -17,9 +17,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from eval import data
 from trainer.rewards import last_boxed
-
-from . import data
 
 Fetch = Callable[[str, str | None, str], list[dict]]
 

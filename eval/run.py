@@ -8,7 +8,7 @@
 2. Skip every task whose marker `<run_dir>/eval/step_N/<task>.done.json` records the same settings and data
    (unless `force`). Then export the checkpoint to HF format (trainer/export.py), render the task YAMLs
    (eval/taskfiles.py) and run `lm_eval.simple_evaluate` once per evaluation seed over the pending tasks.
-3. Per task (eval/record.py): the per-sample outputs as jsonl, lm-eval's numbers as json, the mean over seeds
+3. Per task (eval/outcome.py): the per-sample outputs as jsonl, lm-eval's numbers as json, the mean over seeds
    logged as `eval/<task>/mean_at_<k>`, `pass_at_1`, `pass_at_<k>`, `maj_at_<k>` at the checkpoint's step into the
    SAME MLflow run as the training (reopened by its run_key), then the marker, written last.
 """
@@ -20,12 +20,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from eval import backends, data, outcome, taskfiles
+from eval.outcome import Settings
+from eval.target import EvalError, Target, resolve
 from trainer import vllm_support
 from trainer.checkpoint import tag_for
-
-from . import backends, data, record, taskfiles
-from .record import Settings
-from .target import EvalError, Target, resolve
 
 
 def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | None = None, force: bool = False,
@@ -46,7 +45,7 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
     root = (target.path if target.is_run else Path(out_dir or runs_root / "eval" / target.run_key)) / "eval"
     root = root / tag_for(step)
     files = _data_files(tasks, Path(data_dir or data.default_data_dir()), root / "data")
-    marks = {t: record.marker(root, t, settings, files[t]) for t in tasks}
+    marks = {t: outcome.marker(root, t, settings, files[t]) for t in tasks}
     pending = [t for t in tasks if force or marks[t] is None]
     summary = {"target": str(target.path), "run_key": target.run_key, "step": step, "settings": settings.record(),
                "tasks": {t: {"status": "skipped", "metrics": marks[t]["metrics"]} for t in tasks if t not in pending}}
@@ -57,10 +56,10 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
         return summary
     model_dir = _model_dir(target, step, log)
     per_seed = _generate(model_dir, pending, files, settings, root, cfg, force, engine_args or {}, log)
-    summary["run_id"] = record.log_to_run(target, cfg, pending, per_seed, settings, step, root, files,
+    summary["run_id"] = outcome.log_to_run(target, cfg, pending, per_seed, settings, step, root, files,
                                           tracking_uri, experiment, model_dir)
     for t in pending:
-        done = record.marker(root, t, settings, files[t])
+        done = outcome.marker(root, t, settings, files[t])
         summary["tasks"][t] = {"status": "evaluated", "metrics": done["metrics"]}
     return summary
 
@@ -178,7 +177,7 @@ def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, 
     for seed in settings.seeds:
         todo = []
         for t in tasks:
-            saved = record.seed_result(root, t, seed, settings, files[t])
+            saved = outcome.seed_result(root, t, seed, settings, files[t])
             if saved is not None and not force:
                 results[t][seed] = saved
             else:
@@ -201,7 +200,7 @@ def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, 
             if settings.backend == "vllm":
                 backends.release_vllm(model)
         for t in todo:
-            results[t][seed] = record.save_seed(root, t, seed, out, settings, files[t], time.monotonic() - start)
+            results[t][seed] = outcome.save_seed(root, t, seed, out, settings, files[t], time.monotonic() - start)
             log(f"[eval] {t} seed {seed}: mean@{settings.k} {results[t][seed]['acc']:.4f} over "
                 f"{results[t][seed]['docs']} problems")
     return results

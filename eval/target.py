@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.errors import UserError
+from record.errors import UserError
 
 _STEP_DIR = re.compile(r"step_(\d+)")
 _RUN_KEY = re.compile(r"[0-9a-f]{6,64}")
@@ -40,7 +40,7 @@ def run_key_of(run_dir: Path) -> str:
             continue
         if key:
             return str(key)
-    from orchestrator.identity import run_key
+    from record.identity import run_key
     from trainer.export import ExportError, load_run_config
 
     try:

@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 from orchestrator import results
-from orchestrator.errors import UserError
 from orchestrator.ledger import Ledger, apply_rows, to_poll
 from orchestrator.slurm_query import SlurmError, available, sacct
+from record.errors import UserError
 
 
 def current_records(sweep_dir: Path) -> dict[str, dict]:

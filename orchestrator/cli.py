@@ -13,10 +13,9 @@ import pkgutil
 import re
 import sys
 
+from orchestrator import commands
+from record.errors import ConfigError, UserError
 from trainer.vllm_support import VLLMUnavailable
-
-from . import commands
-from .errors import ConfigError, UserError
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainer.atomic import atomic_write
+from record.rundir import atomic_write
 
 TRAIN_ENTRY = "orchestrator.jobs:train_job"
 # A training job stopped by the warning signal exits with this (EX_TEMPFAIL) when Slurm did not requeue it (a

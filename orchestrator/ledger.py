@@ -39,9 +39,9 @@ from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
 
-from orchestrator.errors import UserError
-from orchestrator.rundirs import atomic_write
 from orchestrator.slurm_query import TERMINAL, JobRow
+from record.errors import UserError
+from record.rundir import atomic_write
 
 VERSION = 1
 KINDS = ("train", "eval")

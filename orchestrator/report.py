@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 
 from orchestrator import results
-from orchestrator.identity import cell_name, format_value
+from record.identity import cell_name, format_value
 
 # The curves of Figures 2-4 (the paper plots held-out pass@1; KL, reward and length say why it moved).
 CURVES = {"train/kl_k1": "KL (k1, nats/token)", "train/reward_mean": "training reward",

@@ -3,7 +3,7 @@ each run directory (status.py does the reading and the printing).
 
 The contract with the writers (tested across the seam in tests/integration/test_status_seam.py):
 - `<run_dir>/eval_result.json` (orchestrator/jobs.py `run_eval`) is `{"result": <eval.run.evaluate()'s summary>}`;
-  the metrics sit under `result["tasks"][<task>]["metrics"]`, keyed as eval/metrics.py `eval_metric_keys` names
+  the metrics sit under `result["tasks"][<task>]["metrics"]`, keyed as record/keys.py `eval_metric_keys` names
   them (`eval/<task>/mean_at_<k>`, ...). The probe evaluation (orchestrator/jobs.py) puts `eval/...` keys at the
   top of `result`; both are read.
 - `<run_dir>/verdict.json` (trainer/collapse.py `write_verdict`) is `{"verdict", "step", "reason", "findings"}`.
@@ -19,8 +19,8 @@ import re
 import statistics
 from collections.abc import Mapping
 
-from orchestrator.identity import cell_name, format_value
 from orchestrator.ledger import attempts, cell_status, latest
+from record.identity import cell_name, format_value
 
 MEAN_AT_K = re.compile(r"eval/(?P<task>[^/]+)/mean_at_(?P<k>\d+)")
 REWARD = "train/reward_mean"  # the final reward of the summary: the last value the run directory holds

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.errors import UserError
-from orchestrator.identity import run_key
 from orchestrator.plan import Plan
 from orchestrator.sweep import REPO, Sweep
-from trainer.atomic import atomic_write  # noqa: F401  (ledger, watch and submit import it from here)
+from record.errors import UserError
+from record.identity import run_key
+from record.rundir import atomic_write
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,9 @@ from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 
 from orchestrator import slurm_values as sv
-from trainer.config import ConfigError, RunConfig, build, raise_if
+from record.errors import ConfigError, raise_if
+from record.plain import build
+from trainer.config import RunConfig
 
 PROFILES = Path(__file__).resolve().parents[1] / "slurm" / "profiles"
 CPU_PARAMS_B = 2.0  # a model larger than this (billions of parameters) needs a profile with GPUs

@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from orchestrator.errors import UserError
+from record.errors import UserError
 
 SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Reason", "Submit", "Start", "End", "Elapsed",
                 "NodeList", "MaxRSS", "ReqMem")

@@ -1,5 +1,5 @@
 """What a value that reaches an sbatch script may be: pure checks, each appending one problem (key path, the
-value, what is allowed) to a list, in the style of trainer/checks.py.
+value, what is allowed) to a list, in the style of record/checks.py.
 
 Every Slurm value of a profile or of a sweep's overrides becomes an `#SBATCH --key=value` line (partition,
 account, qos, constraint, the resources), and the sweep's name and output_root become the job names and the

@@ -26,10 +26,10 @@ from submitit.slurm.slurm import _make_sbatch_string
 from orchestrator import jobs, slurm_query
 from orchestrator.ledger import Ledger, add_attempt, attempts
 from orchestrator.plan import JobGroup, Plan
-from orchestrator.rundirs import atomic_write
 from orchestrator.schema import SlurmProfile, SlurmResources
 from orchestrator.slurm_query import JobRow, SlurmError
 from orchestrator.sweep import REPO, Sweep
+from record.rundir import atomic_write
 
 PACKAGES = ("orchestrator", "trainer", "eval")  # what a job imports; copied into every snapshot
 MAX_SNAPSHOT_FILE = 5 * 1024**2  # larger files are data, not code: left out
@@ -313,7 +313,7 @@ def choose_executor(choice: str) -> tuple[str, str | None]:
 
 
 def make_backend(sweep_dir: Path, options: Options):
-    from orchestrator.errors import UserError
+    from record.errors import UserError
 
     kind = options.resolved_executor()
     if kind == "slurm" and not slurm_query.available():

@@ -27,8 +27,6 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.config_tree import NotPlain, edit, has_interpolation, interpolated_paths, lookup, resolve_references
-from orchestrator.errors import ConfigError, UserError
-from orchestrator.identity import cell_name, format_value, run_key
 from orchestrator.schema import (
     Axis,
     SlurmProfile,
@@ -39,6 +37,8 @@ from orchestrator.schema import (
     parse_override_values,
     resource_problems,
 )
+from record.errors import ConfigError, UserError
+from record.identity import cell_name, format_value, run_key
 from trainer.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
 """The login node's side of the tracking store: close a settled sweep's parent run, and read the metric histories
-that `orchestrate report` draws. The jobs write through `MlflowTracker` (orchestrator/tracking.py); these read or
+that `orchestrate report` draws. The jobs write through `MlflowTracker` (record/tracker.py); these read or
 finish what the jobs left, found through the `mlflow_run.json` of each cell's run directory.
 """
 
@@ -9,9 +9,9 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from .tracking import CLOSE_STATUSES, read_run_file
-from .tracking_buffer import is_transient
-from .tracking_keys import check_keys, metric_points
+from record.tracker import CLOSE_STATUSES, read_run_file
+from record.tracker_buffer import is_transient
+from record.tracker_keys import check_keys, metric_points
 
 
 def close_sweep_parent(run_dirs: Iterable[Path], status: str, tags: Mapping[str, str] | None = None,

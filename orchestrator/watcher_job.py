@@ -9,12 +9,12 @@ import signal
 import time
 from pathlib import Path
 
-from orchestrator.errors import UserError
 from orchestrator.ledger import Ledger
-from orchestrator.rundirs import atomic_write
 from orchestrator.submit import SlurmBackend, load_options, submit_watcher
 from orchestrator.sweep_run import close_parent
 from orchestrator.watch import Watcher, settled
+from record.errors import UserError
+from record.rundir import atomic_write
 
 
 def watch_job(sweep_dir: str, max_retries: int = 3, poll_s: float = 60.0, time_min: int = 60) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from .config import AlgorithmConfig
+from trainer.config_objective import AlgorithmConfig
 
 
 def _groups(x: torch.Tensor, group_size: int) -> torch.Tensor:

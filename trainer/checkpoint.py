@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .atomic import atomic_write
+from record.rundir import atomic_write
 
 
 def rng_state() -> dict:

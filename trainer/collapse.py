@@ -27,9 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from trainer.atomic import atomic_write
-from trainer.config import ConfigError, raise_if
-from trainer.metrics import (
+from record.errors import ConfigError, raise_if
+from record.keys import (
     TAG_COLLAPSE_REASON,
     TAG_COLLAPSE_STEP,
     TAG_COLLAPSE_VERDICT,
@@ -39,6 +38,7 @@ from trainer.metrics import (
     TRAIN_RESPONSE_LENGTH,
     VAL_PASS_AT_1,
 )
+from record.rundir import atomic_write
 
 VERDICTS = ("stable", "unstable", "collapsed")  # in order of severity
 ON_COLLAPSE = ("continue", "stop")

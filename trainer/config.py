@@ -10,26 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .checks import (  # noqa: F401  (ConfigError and raise_if are imported from here by the rest of the project)
-    ConfigError,
-    _bool,
-    _choice,
-    _int,
-    _join,
-    _non_negative,
-    _num,
-    _str,
-    _unknown_keys,
-    raise_if,
+from record.checks import (
+    check_bool,
+    check_choice,
+    check_int,
+    check_num,
+    check_str,
+    check_unknown_keys,
+    join_path,
 )
-from .config_build import _items, _jsonable, _plain, _schema, build  # noqa: F401  (build: orchestrator/schema.py)
-from .config_objective import (  # noqa: F401  (re-exported: the rest of the project imports them from here)
-    ADVANTAGE_ESTIMATORS,
-    AGGREGATIONS,
-    CREDITS,
-    ESTIMATORS,
-    LOSS_FORMS,
-    PLACEMENTS,
+from record.errors import ConfigError, raise_if
+from record.plain import build, is_jsonable, items_of, schema_of, to_plain
+from trainer.config_objective import (
     AlgorithmConfig,
     KLConfig,
 )
@@ -61,11 +53,11 @@ class ModelConfig:
 
     def problems(self, path: str = "model") -> list[str]:
         p: list[str] = []
-        _str(p, f"{path}.name_or_path", self.name_or_path)
+        check_str(p, f"{path}.name_or_path", self.name_or_path)
         if self.params_b is not None:
-            _num(p, f"{path}.params_b", self.params_b, 0, 10_000, low_open=True)
-        _bool(p, f"{path}.chat_template", self.chat_template)
-        _choice(p, f"{path}.dtype", self.dtype, DTYPES)
+            check_num(p, f"{path}.params_b", self.params_b, 0, 10_000, low_open=True)
+        check_bool(p, f"{path}.chat_template", self.chat_template)
+        check_choice(p, f"{path}.dtype", self.dtype, DTYPES)
         return p
 
     @property
@@ -91,12 +83,12 @@ class DataConfig:
 
     def problems(self, path: str = "data") -> list[str]:
         p: list[str] = []
-        _choice(p, f"{path}.dataset", self.dataset, DATASETS)
-        _str(p, f"{path}.train_path", self.train_path, optional=True)
-        _str(p, f"{path}.val_path", self.val_path, optional=True)
-        _str(p, f"{path}.val_split", self.val_split)
-        _int(p, f"{path}.val_every", self.val_every, 0)
-        _int(p, f"{path}.val_size", self.val_size, 1, optional=True)
+        check_choice(p, f"{path}.dataset", self.dataset, DATASETS)
+        check_str(p, f"{path}.train_path", self.train_path, optional=True)
+        check_str(p, f"{path}.val_path", self.val_path, optional=True)
+        check_str(p, f"{path}.val_split", self.val_split)
+        check_int(p, f"{path}.val_every", self.val_every, 0)
+        check_int(p, f"{path}.val_size", self.val_size, 1, optional=True)
         return p
 
 
@@ -124,17 +116,17 @@ class RolloutConfig:
 
     def problems(self, path: str = "rollout") -> list[str]:
         p: list[str] = []
-        _choice(p, f"{path}.engine", self.engine, ENGINES)
-        _num(p, f"{path}.temperature", self.temperature, 0, 10, low_open=True)
-        _num(p, f"{path}.top_p", self.top_p, 0, 1, low_open=True)
-        _int(p, f"{path}.top_k", self.top_k, 1, optional=True)
-        _int(p, f"{path}.max_response_tokens", self.max_response_tokens, 1)
-        _int(p, f"{path}.max_prompt_tokens", self.max_prompt_tokens, 1)
-        _int(p, f"{path}.async_level", self.async_level, 0)
-        _int(p, f"{path}.tensor_parallel", self.tensor_parallel, 1)
-        _num(p, f"{path}.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, low_open=True)
+        check_choice(p, f"{path}.engine", self.engine, ENGINES)
+        check_num(p, f"{path}.temperature", self.temperature, 0, 10, low_open=True)
+        check_num(p, f"{path}.top_p", self.top_p, 0, 1, low_open=True)
+        check_int(p, f"{path}.top_k", self.top_k, 1, optional=True)
+        check_int(p, f"{path}.max_response_tokens", self.max_response_tokens, 1)
+        check_int(p, f"{path}.max_prompt_tokens", self.max_prompt_tokens, 1)
+        check_int(p, f"{path}.async_level", self.async_level, 0)
+        check_int(p, f"{path}.tensor_parallel", self.tensor_parallel, 1)
+        check_num(p, f"{path}.gpu_memory_utilization", self.gpu_memory_utilization, 0, 1, low_open=True)
         if self.sleep_mode is not None:
-            _bool(p, f"{path}.sleep_mode", self.sleep_mode)
+            check_bool(p, f"{path}.sleep_mode", self.sleep_mode)
         return p
 
 
@@ -156,14 +148,14 @@ class OptimConfig:
 
     def problems(self, path: str = "optim") -> list[str]:
         p: list[str] = []
-        _num(p, f"{path}.lr", self.lr, 0, 1, low_open=True)
-        _int(p, f"{path}.steps", self.steps, 1)
-        _int(p, f"{path}.batch_prompts", self.batch_prompts, 1)
-        _int(p, f"{path}.minibatch_prompts", self.minibatch_prompts, 1)
+        check_num(p, f"{path}.lr", self.lr, 0, 1, low_open=True)
+        check_int(p, f"{path}.steps", self.steps, 1)
+        check_int(p, f"{path}.batch_prompts", self.batch_prompts, 1)
+        check_int(p, f"{path}.minibatch_prompts", self.minibatch_prompts, 1)
         if self.grad_clip is not None:
-            _num(p, f"{path}.grad_clip", self.grad_clip, 0, 1e6, low_open=True)
-        _num(p, f"{path}.weight_decay", self.weight_decay, 0, 1)
-        _int(p, f"{path}.warmup_steps", self.warmup_steps, 0)
+            check_num(p, f"{path}.grad_clip", self.grad_clip, 0, 1e6, low_open=True)
+        check_num(p, f"{path}.weight_decay", self.weight_decay, 0, 1)
+        check_int(p, f"{path}.warmup_steps", self.warmup_steps, 0)
         if not p and self.batch_prompts % self.minibatch_prompts:
             p.append(f"{path}.minibatch_prompts: {self.minibatch_prompts} does not divide batch_prompts "
                      f"{self.batch_prompts}; give a divisor (batch/minibatch = policy updates per batch)")
@@ -188,8 +180,8 @@ class CheckpointConfig:
 
     def problems(self, path: str = "checkpoint") -> list[str]:
         p: list[str] = []
-        _int(p, f"{path}.every", self.every, 1)
-        _int(p, f"{path}.keep_last", self.keep_last, 1)
+        check_int(p, f"{path}.every", self.every, 1)
+        check_int(p, f"{path}.keep_last", self.keep_last, 1)
         return p
 
 
@@ -218,26 +210,26 @@ class EvalConfig:
             p.append(f"{path}.tasks: {self.tasks!r}; give a non-empty list of: {', '.join(EVAL_TASKS)}")
         else:
             for i, task in enumerate(self.tasks):
-                _choice(p, f"{path}.tasks[{i}]", task, EVAL_TASKS)
-        _int(p, f"{path}.k", self.k, 1)
-        _num(p, f"{path}.temperature", self.temperature, 0, 10)
-        _num(p, f"{path}.top_p", self.top_p, 0, 1, low_open=True)
-        _int(p, f"{path}.max_tokens", self.max_tokens, 1)
-        _bool(p, f"{path}.chat_template", self.chat_template)
+                check_choice(p, f"{path}.tasks[{i}]", task, EVAL_TASKS)
+        check_int(p, f"{path}.k", self.k, 1)
+        check_num(p, f"{path}.temperature", self.temperature, 0, 10)
+        check_num(p, f"{path}.top_p", self.top_p, 0, 1, low_open=True)
+        check_int(p, f"{path}.max_tokens", self.max_tokens, 1)
+        check_bool(p, f"{path}.chat_template", self.chat_template)
         if not isinstance(self.seeds, tuple) or not self.seeds:
             p.append(f"{path}.seeds: {self.seeds!r}; give a non-empty list of integers >= 0")
         else:
             for i, seed in enumerate(self.seeds):
-                _int(p, f"{path}.seeds[{i}]", seed, 0)
+                check_int(p, f"{path}.seeds[{i}]", seed, 0)
         if self.backend is not None:
-            _choice(p, f"{path}.backend", self.backend, ENGINES)  # the same two names as rollout.engine
+            check_choice(p, f"{path}.backend", self.backend, ENGINES)  # the same two names as rollout.engine
         return p
 
 
 @dataclass(frozen=True)
 class TrackingConfig:
     """Where the run logs (MLflow). Empty `tracking_uri`: the job's MLFLOW_TRACKING_URI, else the tracking
-    module's default; empty `experiment`: the sweep's name. Not in the run_key (orchestrator/identity.py)."""
+    module's default; empty `experiment`: the sweep's name. Not in the run_key (record/identity.py)."""
 
     tracking_uri: str = ""
     experiment: str = ""
@@ -247,8 +239,8 @@ class TrackingConfig:
 
     def problems(self, path: str = "tracking") -> list[str]:
         p: list[str] = []
-        _str(p, f"{path}.tracking_uri", self.tracking_uri, empty=True)
-        _str(p, f"{path}.experiment", self.experiment, empty=True)
+        check_str(p, f"{path}.tracking_uri", self.tracking_uri, empty=True)
+        check_str(p, f"{path}.experiment", self.experiment, empty=True)
         return p
 
 
@@ -277,9 +269,9 @@ class RunConfig:
     @staticmethod
     def _scalar_problems(seed, collapse, path: str) -> list[str]:
         p: list[str] = []
-        _int(p, _join(path, "seed"), seed, 0)
-        if not isinstance(collapse, Mapping) or not _jsonable(collapse):
-            p.append(f"{_join(path, 'collapse')}: {collapse!r}; give a mapping of plain values "
+        check_int(p, join_path(path, "seed"), seed, 0)
+        if not isinstance(collapse, Mapping) or not is_jsonable(collapse):
+            p.append(f"{join_path(path, 'collapse')}: {collapse!r}; give a mapping of plain values "
                      f"(string keys; numbers, strings, booleans, lists)")
         return p
 
@@ -287,11 +279,11 @@ class RunConfig:
         p = self._scalar_problems(self.seed, self.collapse, path)
         algo, rollout = self.algorithm, self.rollout
         if algo.aggregation == "seq_mean_token_sum_norm" and algo.norm_length != rollout.max_response_tokens:
-            p.append(f"{_join(path, 'algorithm.norm_length')}: {algo.norm_length} differs from "
+            p.append(f"{join_path(path, 'algorithm.norm_length')}: {algo.norm_length} differs from "
                      f"rollout.max_response_tokens {rollout.max_response_tokens}; Dr. GRPO divides by the "
                      f"generation budget, so set them equal")
         if rollout.engine == "hf" and rollout.tensor_parallel != 1:
-            p.append(f"{_join(path, 'rollout.tensor_parallel')}: {rollout.tensor_parallel} with engine 'hf'; "
+            p.append(f"{join_path(path, 'rollout.tensor_parallel')}: {rollout.tensor_parallel} with engine 'hf'; "
                      f"tensor parallelism is a vLLM setting, so set it to 1 or use rollout.engine=vllm")
         return p
 
@@ -302,8 +294,8 @@ class RunConfig:
         if not isinstance(data, Mapping):
             raise ConfigError([f"{where}: {data!r} is not a mapping of run config sections"], where)
         problems: list[str] = []
-        _unknown_keys(problems, path, data, _schema(cls)[0])
-        parts = {name: build(comp, data.get(name), _join(path, name), problems)
+        check_unknown_keys(problems, path, data, schema_of(cls)[0])
+        parts = {name: build(comp, data.get(name), join_path(path, name), problems)
                  for name, comp in _COMPONENTS.items()}
         seed, collapse = data.get("seed", 0), data.get("collapse", {})
         if problems:
@@ -318,9 +310,9 @@ class RunConfig:
         """Plain, YAML/JSON-ready values (tuples become lists), every field included."""
         out: dict = {}
         for name in _COMPONENTS:
-            out[name] = {k: list(v) if type(v) is tuple else v for k, v in _items(getattr(self, name))}
+            out[name] = {k: list(v) if type(v) is tuple else v for k, v in items_of(getattr(self, name))}
         out["seed"] = self.seed
-        out["collapse"] = _plain(self.collapse)
+        out["collapse"] = to_plain(self.collapse)
         return out
 
 

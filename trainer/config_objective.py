@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .checks import _choice, _non_negative, raise_if
+from record.checks import check_choice, check_non_negative
+from record.errors import raise_if
 
 ESTIMATORS = ("k1", "k2", "k3")
 PLACEMENTS = ("none", "reward", "loss", "reward+loss")
@@ -44,12 +45,12 @@ class KLConfig:
 
     def problems(self, path: str = "kl") -> list[str]:
         p: list[str] = []
-        _choice(p, f"{path}.estimator", self.estimator, ESTIMATORS)
-        _choice(p, f"{path}.placement", self.placement, PLACEMENTS)
-        _choice(p, f"{path}.loss_form", self.loss_form, LOSS_FORMS)
-        _choice(p, f"{path}.credit", self.credit, CREDITS)
+        check_choice(p, f"{path}.estimator", self.estimator, ESTIMATORS)
+        check_choice(p, f"{path}.placement", self.placement, PLACEMENTS)
+        check_choice(p, f"{path}.loss_form", self.loss_form, LOSS_FORMS)
+        check_choice(p, f"{path}.credit", self.credit, CREDITS)
         for name in ("beta", "beta_reward", "beta_loss"):
-            _non_negative(p, f"{path}.{name}", getattr(self, name))
+            check_non_negative(p, f"{path}.{name}", getattr(self, name))
         if self.clamp is not None and (not isinstance(self.clamp, (int, float)) or not self.clamp > 0):
             p.append(f"{path}.clamp: {self.clamp!r}; give a positive float, or null for no clamp")
         if self.placement not in PLACEMENTS or p:
@@ -116,8 +117,8 @@ class AlgorithmConfig:
 
     def problems(self, path: str = "algorithm") -> list[str]:
         p: list[str] = []
-        _choice(p, f"{path}.advantage", self.advantage, ADVANTAGE_ESTIMATORS)
-        _choice(p, f"{path}.aggregation", self.aggregation, AGGREGATIONS)
+        check_choice(p, f"{path}.advantage", self.advantage, ADVANTAGE_ESTIMATORS)
+        check_choice(p, f"{path}.aggregation", self.aggregation, AGGREGATIONS)
         if not isinstance(self.group_size, int) or isinstance(self.group_size, bool) or self.group_size < 1:
             p.append(f"{path}.group_size: {self.group_size!r}; give an integer >= 1")
         elif self.advantage == "rloo" and self.group_size < 2:

@@ -12,8 +12,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import tasks
-from .config import DataConfig
+from trainer import tasks
+from trainer.config import DataConfig
 
 # The instruction appended to each problem (verl's MATH recipe; the tiny model was warm-started with its own).
 PROMPT_SUFFIX = {

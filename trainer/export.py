@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint
+from trainer import checkpoint
 
 EXPORT_VERSION = 1
 _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -53,7 +53,7 @@ def checkpoint_step(run_dir: Path, step: int | None = None) -> int:
 def load_run_config(run_dir: Path):
     import yaml
 
-    from .config import RunConfig
+    from trainer.config import RunConfig
 
     path = Path(run_dir) / "config.yaml"
     if not path.exists():
@@ -64,7 +64,7 @@ def load_run_config(run_dir: Path):
 def base_model_path(cfg) -> str:
     """Where the run's architecture, tokenizer and generation_config come from."""
     if cfg.model.is_tiny:
-        from .tiny_model import ensure_tiny_model
+        from trainer.tiny_model import ensure_tiny_model
 
         return str(ensure_tiny_model())
     return cfg.model.name_or_path
@@ -93,7 +93,7 @@ def export_hf(run_dir: Path, step: int | None = None) -> Path:
 
 
 def _fp32_state_dict(ckpt_dir: Path, tag: str) -> dict[str, torch.Tensor]:
-    from .distributed import setup_environment
+    from trainer.distributed import setup_environment
 
     # DS_ACCELERATOR=cpu without a GPU, set before deepspeed is imported
     setup_environment(Path(__file__).resolve().parents[1] / ".cache")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import KLConfig
+from trainer.config_objective import KLConfig
 
 
 def _masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

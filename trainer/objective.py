@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from .advantages import aggregate, compute_advantages, policy_gradient_loss, shaped_returns
-from .config import AlgorithmConfig, KLConfig
-from .kl import kl_terms
+from trainer.advantages import aggregate, compute_advantages, policy_gradient_loss, shaped_returns
+from trainer.config_objective import AlgorithmConfig, KLConfig
+from trainer.kl import kl_terms
 
 
 def rl_loss(

@@ -14,7 +14,7 @@ import subprocess
 
 import torch
 
-from .distributed import all_reduce_max
+from trainer.distributed import all_reduce_max
 
 
 class Preemption:

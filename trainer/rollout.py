@@ -170,7 +170,7 @@ def make_engine(kind: str, model, tokenizer, ds_engine=None, **vllm_args) -> Rol
     if kind == "hf":
         return HFEngine(model, tokenizer, ds_engine=ds_engine)
     if kind == "vllm":
-        from .rollout_vllm import VLLMEngine  # noqa: PLC0415  (heavy, optional dependency)
+        from trainer.rollout_vllm import VLLMEngine
 
         return VLLMEngine(model, tokenizer, **vllm_args)
     raise ValueError(f"unknown rollout engine {kind!r}; valid: hf, vllm")

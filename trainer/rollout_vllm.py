@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from . import vllm_support
-from .rollout import Rollouts, Sampling
+from trainer import vllm_support
+from trainer.rollout import Rollouts, Sampling
 
 
 def gathered_parameters(module: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:

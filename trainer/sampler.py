@@ -70,9 +70,9 @@ class BatchSampler:
     rewards, and the behaviour log-probs when the batch will be trained off-policy."""
 
     def __init__(self, cfg, tokenizer, rollout, examples: list[dict], dist, local_groups: int, micro: int):
-        from .data import PromptOrder
-        from .rewards import reward_fn
-        from .rollout import Sampling
+        from trainer.data import PromptOrder
+        from trainer.rewards import reward_fn
+        from trainer.rollout import Sampling
 
         self.cfg, self.tokenizer, self.rollout, self.examples = cfg, tokenizer, rollout, examples
         self.dist, self.local_groups, self.micro = dist, local_groups, micro
@@ -83,8 +83,8 @@ class BatchSampler:
         self.off_policy = r.async_level > 0 or cfg.optim.updates_per_batch > 1
 
     def sample(self, step: int, version: int, model) -> Sampled:
-        from .data import prompt_text
-        from .update import score_logprobs
+        from trainer.data import prompt_text
+        from trainer.update import score_logprobs
 
         cfg, rank, n = self.cfg, self.dist.rank, self.local_groups
         idx = self.order.indices(step, cfg.optim.batch_prompts)[rank * n:(rank + 1) * n]

@@ -15,16 +15,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .config import AlgorithmConfig, ConfigError, KLConfig
-from .objective import rl_loss
-from .toy import (
-    DTYPE,
-    all_sequences,
-    sample,
-    sequence_kl_grad,
-    token_logprobs,
-    token_reverse_kl_grad,
-)
+from record.errors import ConfigError
+from trainer.config_objective import AlgorithmConfig, KLConfig
+from trainer.objective import rl_loss
+from trainer.toy import DTYPE, all_sequences, sample, sequence_kl_grad, token_logprobs, token_reverse_kl_grad
 
 PAPER_CONFIGS = tuple(f"{e}-{p}" for e in ("k1", "k2", "k3") for p in ("reward", "loss", "reward+loss"))
 EXTRA_CONFIGS = ("k1-loss-rho", "k2-loss-rho", "k3-loss-rho", "k1-reward-rtg")

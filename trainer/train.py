@@ -5,31 +5,30 @@ One readable loop; every piece it calls is a plain function of its inputs:
     -> G rollouts each (trainer/rollout.py)          -> verifiable rewards (trainer/rewards.py)
     -> log-probs of the behaviour policy and the reference (trainer/update.py, trainer/policy.py)
     -> KL, advantages and loss (trainer/objective.py -> kl.py, advantages.py) -> DeepSpeed ZeRO-3 step
-    -> metrics (MLflow, orchestrator/tracking.py) -> collapse verdict (trainer/collapse.py) -> checkpoint
+    -> metrics (MLflow, record/tracker.py) -> collapse verdict (trainer/collapse.py) -> checkpoint
 The same entry point runs in a shell (`orchestrate train`) and inside a Slurm job (one task per GPU).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from . import checkpoint, distributed
-from .atomic import atomic_write
-from .config import RunConfig
-from .data import load_examples
-from .kl import describe_objective
-from .preempt import Preemption, requeue_self
-from .progress import StepProgress, quiet_third_party
-from .rollout import make_engine
-from .sampler import BatchSampler, RolloutQueue
-from .update import Batch, score_logprobs, update
-from .validate import pass_at_1
+from record.rundir import atomic_write
+from trainer import checkpoint, distributed
+from trainer.config import RunConfig
+from trainer.data import load_examples
+from trainer.kl import describe_objective
+from trainer.preempt import Preemption, requeue_self
+from trainer.progress import StepProgress, quiet_third_party
+from trainer.rollout import make_engine
+from trainer.sampler import BatchSampler, RolloutQueue
+from trainer.update import Batch, score_logprobs, update
+from trainer.validate import pass_at_1
 
 CACHE = Path(__file__).resolve().parents[1] / ".cache"
 
@@ -67,7 +66,7 @@ def objective_manifest(cfg: RunConfig) -> dict:
 
 def resolve_model_path(cfg: RunConfig) -> str:
     if cfg.model.is_tiny:
-        from .tiny_model import ensure_tiny_model
+        from trainer.tiny_model import ensure_tiny_model
 
         return str(ensure_tiny_model())
     return cfg.model.name_or_path
@@ -117,18 +116,13 @@ def build_rollout(cfg: RunConfig, engine, tokenizer, path: str, dist: distribute
                        world_size=dist.world_size)
 
 
-def default_tracking_uri() -> str:
-    """MLFLOW_TRACKING_URI, else a local SQLite store under ./runs (MLflow 3 refuses new file stores)."""
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    return env or f"sqlite:///{(Path('runs') / 'mlflow.db').resolve()}"
-
-
 def _open_tracker(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo, manifest: dict):
     """The run named as `orchestrate status` names the cell, with every paper axis as an `axis/` param; its
-    sweep's parent gets the sweep (orchestrator/sweep_run.py)."""
-    from orchestrator.sweep_run import axis_params, cell_run_name, experiment_tags, read_manifest, sweep_tags
-    from orchestrator.tracking import MlflowTracker, flatten_params
-    from orchestrator.tracking_null import NullTracker
+    sweep's parent gets the sweep (record/run_names.py)."""
+    from record.run_names import axis_params, cell_run_name, experiment_tags, read_manifest, sweep_tags
+    from record.tracker import MlflowTracker, default_tracking_uri
+    from record.tracker_keys import flatten_params
+    from record.tracker_null import NullTracker
 
     if not dist.is_main:
         return NullTracker()
@@ -138,7 +132,7 @@ def _open_tracker(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo, m
     tracker.open_run(ctx.run_key, cfg.tracking.experiment or "comedy", uri,
                      {**flatten_params(config), **axis_params(config, ctx.axes)},
                      {"objective/target": manifest["kl_target"]}, parent_run_key=ctx.parent_run_key,
-                     sweep_id=ctx.sweep_id, run_name=cell_run_name(ctx.run_dir, ctx.axes, ctx.run_key),
+                     sweep_id=ctx.sweep_id, run_name=cell_run_name(sweep, ctx.axes, ctx.run_key),
                      parent_tags=sweep_tags(sweep) if ctx.parent_run_key else None,
                      experiment_tags=experiment_tags(ctx.sweep_id, sweep, config) if ctx.sweep_id else None)
     tracker.log_dict(cfg.to_dict(), "config.json")
@@ -156,7 +150,7 @@ def train(cfg: RunConfig, ctx: RunContext) -> dict:
 
 
 def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
-    from .collapse import CollapseConfig, CollapseMonitor
+    from trainer.collapse import CollapseConfig, CollapseMonitor
 
     quiet_third_party()
     G, world = cfg.algorithm.group_size, dist.world_size
@@ -273,7 +267,7 @@ def _rollout_metrics(sampled, device) -> dict[str, float]:
 
 
 def _log(tracker, logged: _LoggedSteps, m: dict, step: int, is_main: bool) -> dict:
-    """Namespace (keys listed in trainer/metrics.py; no '@', MLflow refuses it) and log, once per step."""
+    """Namespace (keys listed in record/keys.py; no '@', MLflow refuses it) and log, once per step."""
     out = {}
     for k, v in m.items():
         if k == "val_pass_at_1":

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import AlgorithmConfig, KLConfig
-from .distributed import all_reduce_max, all_reduce_sum
-from .objective import rl_loss
-from .policy import TokenBatch, collate, response_logprobs
+from trainer.config_objective import AlgorithmConfig, KLConfig
+from trainer.distributed import all_reduce_max, all_reduce_sum
+from trainer.objective import rl_loss
+from trainer.policy import TokenBatch, collate, response_logprobs
 
 
 @dataclass

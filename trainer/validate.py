@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from .config import RunConfig
-from .data import prompt_text
-from .distributed import DistInfo, all_reduce_sum
-from .rollout import Sampling
+from trainer.config import RunConfig
+from trainer.data import prompt_text
+from trainer.distributed import DistInfo, all_reduce_sum
+from trainer.rollout import Sampling
 
 
 def pass_at_1(rollout, tokenizer, examples: list[dict], cfg: RunConfig, grade, dist: DistInfo, step: int) -> float:

@@ -1,13 +1,13 @@
 """Prompt building and per-problem scoring for the task YAMLs beside this file (lm-eval `!function` targets).
 
 lm-eval loads this file by path, so it holds no logic of its own: prompts come from trainer/data.py (the exact
-training instruction), grading from eval/answers.py (the training reward), the arithmetic from eval/metrics.py.
+training instruction), grading from eval/answers.py (the training reward), the arithmetic from eval/mean_at_k.py.
 """
 
 from __future__ import annotations
 
 from eval.answers import grade
-from eval.metrics import problem_metrics
+from eval.mean_at_k import problem_metrics
 from trainer.data import PROMPT_SUFFIX
 
 # MMLU is graded on a letter, so the question says which one to box; the instruction after it is MATH's.

@@ -9,9 +9,9 @@ import time
 
 from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
 from orchestrator.commands.validate import console
-from orchestrator.errors import UserError
 from orchestrator.ledger import KINDS, LIVE, Ledger, latest
 from orchestrator.slurm_query import SlurmError, scancel
+from record.errors import UserError
 
 EXAMPLES = """examples:
   orchestrate cancel runs/onpolicy

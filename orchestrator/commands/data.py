@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import UserError
+from record.errors import UserError
 
 EXAMPLES = """examples:
   orchestrate data prepare --out /shared/comedy-data     on a login node (the Hugging Face hub reachable)
@@ -44,8 +44,7 @@ def prepare(args) -> int:
     from eval.data import default_data_dir
     from eval.prepare import PrepareError
     from eval.prepare import prepare as run_prepare
-
-    from .validate import console
+    from orchestrator.commands.validate import console
 
     out, console_ = args.out or default_data_dir(), console()
     if min(args.countdown_train, args.countdown_heldout) < 1:
@@ -64,8 +63,7 @@ def prepare(args) -> int:
 
 def check(args) -> int:
     from eval.data import check as run_check
-
-    from .validate import console
+    from orchestrator.commands.validate import console
 
     problems = run_check(args.dir)
     if problems:

@@ -46,8 +46,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from eval.run import evaluate
-
-    from .validate import console
+    from orchestrator.commands.validate import console
 
     out = console()
     summary = evaluate(args.target, tasks=args.tasks, step=args.step, force=args.force, limit=args.limit, k=args.k,

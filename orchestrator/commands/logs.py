@@ -7,8 +7,8 @@ from collections import deque
 from pathlib import Path
 
 from orchestrator.commands.validate import console
-from orchestrator.errors import UserError
 from orchestrator.ledger import KINDS, latest
+from record.errors import UserError
 
 EXAMPLES = """examples:
   orchestrate logs 3f2a9c1b7d20

@@ -7,12 +7,13 @@ import re
 import sys
 from pathlib import Path
 
+from record.run_names import read_manifest
+
 from orchestrator import report
 from orchestrator.cell_state import current_records, read_json, rows, run_config
 from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
-from orchestrator.identity import cell_name
 from orchestrator.ledger import Ledger
-from orchestrator.sweep_run import read_manifest
+from record.identity import cell_name
 
 EXAMPLES = """examples:
   orchestrate report runs/onpolicy
@@ -72,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
 def read_histories(records: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
     """Each cell's curves, {run_key: {metric: [(step, value)]}}, and notes on where they came from: MLflow for
     the cells that opened a run there, else (no run, or the store unreachable) the run directory."""
-    from orchestrator.tracking import read_run_file
     from orchestrator.tracking_sweep import metric_histories
+    from record.tracker import read_run_file
 
     by_uri: dict[str, dict[str, str]] = {}
     for key, record in records.items():

@@ -14,9 +14,9 @@ from rich.table import Table
 from orchestrator import results
 from orchestrator.cell_state import current_records, rows
 from orchestrator.commands.validate import console
-from orchestrator.errors import UserError
-from orchestrator.identity import format_value
 from orchestrator.sweep_run import links
+from record.errors import UserError
+from record.identity import format_value
 
 EXAMPLES = """examples:
   orchestrate status sweeps/smoke.yaml

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..errors import UserError
+from record.errors import UserError
 
 EXAMPLE = """examples:
   orchestrate synthetic
@@ -84,9 +84,8 @@ def run(args) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
+    from orchestrator.synthetic_report import plot_figure1, table
     from trainer.toy_study import run_study, to_json
-
-    from ..synthetic_report import plot_figure1, table
 
     problems = []
     if args.trials < 2:

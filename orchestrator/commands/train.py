@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import UserError
+from record.errors import UserError
 
 EXAMPLE = """examples:
   orchestrate train runs/smoke/3f2a9c1b7d20/config.yaml
@@ -62,9 +62,8 @@ def load_run_config(path: Path, overrides: list[str]):
 
 
 def run(args) -> int:
+    from record.identity import run_key
     from trainer.train import RunContext, train
-
-    from ..identity import run_key
 
     cfg = load_run_config(args.config, args.overrides)
     key = run_key(cfg)

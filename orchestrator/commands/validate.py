@@ -7,9 +7,9 @@ import sys
 
 from rich.console import Console
 
-from orchestrator.identity import format_value
 from orchestrator.plan import Plan, make_plan
 from orchestrator.sweep import Sweep, load_sweep
+from record.identity import format_value
 
 EXAMPLES = """examples:
   orchestrate validate sweeps/onpolicy.yaml

@@ -43,8 +43,8 @@ def client(uri: str):
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory, tiny_model):
     """A run directory as the trainer leaves it: config.yaml, a ZeRO-3 checkpoint, and its MLflow run."""
-    from orchestrator.identity import run_key
-    from orchestrator.tracking import MlflowTracker
+    from record.identity import run_key
+    from record.tracker import MlflowTracker
     from trainer.config import RunConfig
 
     root = tmp_path_factory.mktemp("eval-run")

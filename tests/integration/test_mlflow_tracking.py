@@ -12,13 +12,8 @@ import time
 
 import pytest
 
-from orchestrator.tracking import (
-    EXPERIMENT_KIND,
-    EXPERIMENT_KIND_TAG,
-    MlflowTracker,
-    experiment_url,
-    mark_collapse,
-)
+from record.tracker import MlflowTracker
+from record.tracker_ui import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, experiment_url
 from tests.support.mlflow_server import MlflowServer
 from trainer.collapse import CollapseVerdict
 
@@ -93,7 +88,7 @@ def test_server_run_is_reopened_not_duplicated_and_nested_under_the_sweep(server
     assert client.get_run(a.run_id).data.params["estimator"] == "k3"
     assert client.get_experiment(a.experiment_id).tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
     assert experiment_url(server.uri, a.experiment_id).endswith("/runs?workflowType=machine_learning")
-    mark_collapse(a, CollapseVerdict("collapsed", 120, "val/pass_at_1 fell to 0").to_dict())
+    a.set_tags(CollapseVerdict("collapsed", 120, "val/pass_at_1 fell to 0").tags())
     hits = client.search_runs([a.experiment_id], "tags.`collapse/verdict` = 'collapsed'")
     assert [r.info.run_id for r in hits] == [a.run_id]
 
@@ -161,8 +156,8 @@ def test_the_experiment_link_lands_on_the_runs_table(server, tmp_path):
 
 
 def test_sweep_parent_is_closed_when_settled_and_reopened_by_a_resubmitted_cell(tmp_path):
-    from orchestrator.tracking import read_run_file
     from orchestrator.tracking_sweep import close_sweep_parent
+    from record.tracker import read_run_file
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     cell = open_cell(tmp_path / "cellA", uri, "cellA", retry_after_s=0)

@@ -56,10 +56,10 @@ def build_sweep(root: Path, uri: str) -> dict[str, dict]:
     `close_parent`. Returns the ledger's records."""
     import yaml
 
-    from eval.metrics import eval_metric_keys
     from orchestrator.ledger import Ledger
     from orchestrator.sweep_run import close_parent
-    from orchestrator.tracking import MlflowTracker
+    from record.keys import eval_metric_keys
+    from record.tracker import MlflowTracker
     from trainer.config import RunConfig
     from trainer.train import RunContext, _open_tracker, objective_manifest
 
@@ -116,7 +116,7 @@ def test_the_printed_links_open_the_sweeps_runs_table_and_compare_view(tmp_path,
     records = build_sweep(tmp_path, uri)
 
     from orchestrator.sweep_run import links
-    from orchestrator.tracking_ui import LOCAL_UI
+    from record.tracker_ui import LOCAL_UI
 
     lines = links(records)
     assert "serve it first" in lines[2] and "make mlflow-ui" in lines[2]

@@ -1,6 +1,6 @@
 """`orchestrate report` over a real sweep directory: sweeps/smoke.yaml run to the end by the local executor with
 the orchestrator's probe jobs (ledger, checkpoints, eval_result.json), each cell's training curves logged into a
-real MLflow SQLite store by the real tracker (orchestrator/tracking.py) and its verdict written by the real
+real MLflow SQLite store by the real tracker (record/tracker.py) and its verdict written by the real
 collapse monitor, as the trainer does both. Then the store goes away: the report falls back and says so."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from orchestrator.ledger import Ledger
-from orchestrator.tracking import MlflowTracker, read_run_file
 from orchestrator.tracking_sweep import metric_histories
+from record.tracker import MlflowTracker, read_run_file
 from trainer.collapse import CollapseMonitor
 
 REPO = Path(__file__).resolve().parents[2]

@@ -30,7 +30,7 @@ def initial_weights():
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_every_kl_configuration_trains_and_logs_every_metric(tmp_path, name, initial_weights):
-    from trainer.metrics import METRICS
+    from record.keys import METRICS
 
     result, run_dir, _, key = run(tmp_path, name, CONFIGS[name], data={"val_every": 2, "val_size": 8})
     after = final_weights(run_dir)
@@ -38,7 +38,7 @@ def test_every_kl_configuration_trains_and_logs_every_metric(tmp_path, name, ini
     assert moved > 0, "training did not change the parameters"
     hist = history(tmp_path, key)
     assert LOGGED <= set(hist), f"missing metrics: {sorted(LOGGED - set(hist))}"
-    assert set(hist) <= set(METRICS), f"metrics not documented in trainer/metrics.py: {set(hist) - set(METRICS)}"
+    assert set(hist) <= set(METRICS), f"metrics not documented in record/keys.py: {set(hist) - set(METRICS)}"
     assert [s for s, _ in hist["train/loss"]] == [1, 2]
     assert (run_dir / "objective.json").exists() and (run_dir / "verdict.json").exists()
 
@@ -83,7 +83,7 @@ def test_tracking_server_down_buffers_every_metric(tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    from orchestrator.identity import run_key
+    from record.identity import run_key
     from tests.support.trainer_run import config_dict
     from trainer.config import RunConfig
     from trainer.train import RunContext, train

@@ -35,7 +35,7 @@ def config_dict(tmp_path: Path, kl: dict, **sections) -> dict:
 
 
 def run(tmp_path: Path, name: str, kl: dict, **sections):
-    from orchestrator.identity import run_key
+    from record.identity import run_key
     from trainer.config import RunConfig
     from trainer.train import RunContext, train
 

@@ -11,7 +11,7 @@ from trainer.advantages import (
     rloo_baseline,
     shaped_returns,
 )
-from trainer.config import AlgorithmConfig, KLConfig
+from trainer.config_objective import AlgorithmConfig, KLConfig
 from trainer.kl import kl_reward_penalty, kl_terms
 from trainer.objective import rl_loss
 

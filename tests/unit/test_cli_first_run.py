@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
-from orchestrator.errors import UserError
+from record.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = str(REPO / "sweeps" / "smoke.yaml")

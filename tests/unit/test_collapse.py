@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from record.keys import TRAIN_KL_K1, TRAIN_LOSS, TRAIN_RESPONSE_LENGTH, VAL_PASS_AT_1
 from trainer.collapse import (
     VERDICTS,
     CollapseConfig,
@@ -21,7 +22,6 @@ from trainer.collapse import (
     should_stop,
     write_verdict,
 )
-from trainer.metrics import TRAIN_KL_K1, TRAIN_LOSS, TRAIN_RESPONSE_LENGTH, VAL_PASS_AT_1
 
 
 def every_10(values):

@@ -1,4 +1,4 @@
-"""eval/metrics.py: mean@k, the unbiased pass@k estimator (Chen et al. 2021) and maj@k by answer voting."""
+"""eval/mean_at_k.py: mean@k, the unbiased pass@k estimator (Chen et al. 2021) and maj@k by answer voting."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eval.metrics import eval_metric_keys, maj_at_k, mean_at_k, pass_at_k, pass_at_k_exact, problem_metrics
-from orchestrator.tracking import check_keys
-from trainer.metrics import EVAL_MAJ_AT_K, EVAL_MEAN_AT_32, EVAL_PASS_AT_K, metric_key
+from eval.mean_at_k import maj_at_k, mean_at_k, pass_at_k, pass_at_k_exact, problem_metrics
+from record.keys import EVAL_MAJ_AT_K, EVAL_MEAN_AT_32, EVAL_PASS_AT_K, eval_metric_keys, metric_key
+from record.tracker_keys import check_keys
 
 
 def brute_force_pass_at_k(correct: list[bool], k: int) -> float:

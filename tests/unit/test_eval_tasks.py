@@ -13,7 +13,7 @@ from lm_eval.api.model import LM
 
 from eval import backends, data, taskfiles
 from eval.answers import GRADERS
-from eval.metrics import pass_at_k
+from eval.mean_at_k import pass_at_k
 from tests.fixtures.eval_data import prepare_fixture_data
 from trainer.tasks import read_jsonl
 

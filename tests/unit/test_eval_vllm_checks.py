@@ -71,7 +71,7 @@ def test_a_max_model_len_that_cannot_hold_prompt_and_budget(tmp_path, capsys, cp
 
 
 def settings(max_tokens: int = 12):
-    from eval.record import Settings
+    from eval.outcome import Settings
 
     return Settings(k=4, temperature=1.0, top_p=1.0, max_tokens=max_tokens, chat_template=True, seeds=(0,),
                     backend="vllm")

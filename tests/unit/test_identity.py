@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.identity import EXCLUDED, _canonical_run_config, canonical_json, identity_dict, run_key
 from orchestrator.sweep import load_sweep
+from record.identity import EXCLUDED, _canonical_run_config, canonical_json, identity_dict, run_key
 from trainer.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -2,7 +2,8 @@
 
 import pytest
 
-from trainer.config import AlgorithmConfig, ConfigError, KLConfig
+from record.errors import ConfigError
+from trainer.config_objective import AlgorithmConfig, KLConfig
 from trainer.kl import describe_objective, objective_target
 
 

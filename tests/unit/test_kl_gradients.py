@@ -8,7 +8,7 @@ Everything is float64; identities hold to ~1e-10.
 import pytest
 import torch
 
-from trainer.config import AlgorithmConfig, KLConfig
+from trainer.config_objective import AlgorithmConfig, KLConfig
 from trainer.objective import rl_loss
 from trainer.toy import (
     DTYPE,

@@ -11,7 +11,6 @@ import sys
 import pytest
 
 from orchestrator import ledger as L
-from orchestrator.errors import UserError
 from orchestrator.slurm_query import (
     JobRow,
     expand_job_id,
@@ -21,6 +20,7 @@ from orchestrator.slurm_query import (
     parse_squeue,
     parse_time,
 )
+from record.errors import UserError
 
 FIELDS = "JobID|JobName|State|ExitCode|Reason|Submit|Start|End|Elapsed|NodeList|MaxRSS|ReqMem"
 SACCT = """\

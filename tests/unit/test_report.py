@@ -13,8 +13,8 @@ import yaml
 from orchestrator import cell_state, report
 from orchestrator import ledger as L
 from orchestrator.cli import main
-from orchestrator.identity import cell_name
 from orchestrator.jobs import write_json
+from record.identity import cell_name
 from trainer.checkpoint import tag_for
 from trainer.collapse import CollapseMonitor
 

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.config import (
-    AlgorithmConfig,
-    ConfigError,
-    KLConfig,
-    ModelConfig,
-    OptimConfig,
-    RunConfig,
-)
+from record.errors import ConfigError
+from trainer.config import ModelConfig, OptimConfig, RunConfig
+from trainer.config_objective import AlgorithmConfig, KLConfig
 
 MINIMAL = {"model": {"name_or_path": "Qwen/Qwen2.5-7B", "params_b": 7.6}}
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from orchestrator.schema import SlurmProfile, SweepSpec
-from trainer.config import ConfigError
+from record.errors import ConfigError
 
 PROFILES = Path(__file__).resolve().parents[2] / "slurm" / "profiles"
 

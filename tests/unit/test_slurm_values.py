@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 
 from orchestrator import slurm_values as sv
 from orchestrator.cli import main
-from orchestrator.errors import ConfigError
 from orchestrator.plan import make_plan
 from orchestrator.schema import SlurmProfile, SweepSpec, load_profile
 from orchestrator.submit import render_sbatch
 from orchestrator.sweep import load_sweep
+from record.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "sweeps" / "smoke.yaml"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import ConfigError, UserError
 from orchestrator.sweep import load_sweep
+from record.errors import ConfigError, UserError
 
 HEAD = """
 defaults:

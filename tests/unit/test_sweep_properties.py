@@ -10,8 +10,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.errors import ConfigError, UserError
 from orchestrator.sweep import Sweep, load_sweep
+from record.errors import ConfigError, UserError
 
 SMOKE = Path(__file__).resolve().parents[2] / "sweeps" / "smoke.yaml"
 VALID = yaml.safe_load(SMOKE.read_text())

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.errors import UserError
-from orchestrator.identity import run_key
 from orchestrator.plan import make_plan
-from orchestrator.rundirs import atomic_write, materialise
+from orchestrator.rundirs import materialise
 from orchestrator.sweep import load_sweep
+from record.errors import UserError
+from record.identity import run_key
+from record.rundir import atomic_write
 from trainer.config import RunConfig
 
 SWEEP = """

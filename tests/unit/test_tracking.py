@@ -11,19 +11,11 @@ import json
 import pytest
 import requests
 
-from orchestrator.tracking import (
-    MlflowTracker,
-    OfflineBuffer,
-    TrackingKeyError,
-    check_keys,
-    collapse_tags,
-    experiment_url,
-    flatten_params,
-    is_transient,
-    mark_collapse,
-    metric_points,
-)
-from orchestrator.tracking_null import NullTracker, Tracker
+from record.tracker import MlflowTracker
+from record.tracker_buffer import OfflineBuffer, is_transient
+from record.tracker_keys import TrackingKeyError, check_keys, flatten_params, metric_points
+from record.tracker_null import NullTracker, Tracker
+from record.tracker_ui import experiment_url
 from trainer.collapse import CollapseVerdict
 
 
@@ -102,11 +94,11 @@ def test_both_trackers_have_the_interface_the_trainer_calls():
 
 def test_collapse_tags_match_the_verdicts_own_and_land_on_the_run():
     verdict = CollapseVerdict("collapsed", 120, "val/pass_at_1 fell to 0")
-    assert collapse_tags(verdict.to_dict()) == verdict.tags() == {
+    assert CollapseVerdict.from_dict(verdict.to_dict()).tags() == verdict.tags() == {
         "collapse/verdict": "collapsed", "collapse/step": "120", "collapse/reason": "val/pass_at_1 fell to 0"}
-    assert collapse_tags(CollapseVerdict().to_dict())["collapse/step"] == ""
+    assert CollapseVerdict().tags()["collapse/step"] == ""
     t = NullTracker()
-    mark_collapse(t, verdict.to_dict())
+    t.set_tags(verdict.tags())
     assert t.tags["collapse/verdict"] == "collapsed"
 
 

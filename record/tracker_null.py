@@ -9,8 +9,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from .tracking import CLOSE_STATUSES, RUN_KEY_TAG, SWEEP_ID_TAG
-from .tracking_keys import check_keys, check_run_key, flatten_params, metric_points
+from record.tracker import CLOSE_STATUSES, RUN_KEY_TAG, SWEEP_ID_TAG
+from record.tracker_keys import check_keys, check_run_key, flatten_params, metric_points
 
 
 class Tracker(Protocol):

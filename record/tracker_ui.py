@@ -21,7 +21,7 @@ EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_de
 UI_QUERY = "workflowType=machine_learning"
 # A local store (SQLite, files) has no UI of its own: `make mlflow-ui` (or `serve_command`) serves it here.
 LOCAL_UI = "http://127.0.0.1:5000"
-SWEEP_TAG = "sweep_id"  # orchestrator/tracking.py SWEEP_ID_TAG: every cell and the sweep's parent carry it
+SWEEP_TAG = "sweep_id"  # record/tracker.py SWEEP_ID_TAG: every cell and the sweep's parent carry it
 
 
 def ui_base(tracking_uri: str) -> str:

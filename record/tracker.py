@@ -8,7 +8,7 @@ Contract
 - Nothing is lost while the store is unreachable: events go to an `OfflineBuffer` in the run directory and are
   replayed in order on the next successful call, `flush()`, `close()` or reopen. An error that is not about
   reaching the store (a bad key, a param whose value changed) raises at once.
-- Keys are checked before anything is sent or buffered (orchestrator/tracking_keys.py): MLflow refuses `@`
+- Keys are checked before anything is sent or buffered (record/tracker_keys.py): MLflow refuses `@`
   (`val/pass@1`) among others.
 - The sweep's parent run is RUNNING while any of its cells' jobs has it open; the watcher marks it FINISHED
   (or FAILED) once every cell is final (`tracking_sweep.close_sweep_parent`), through the `mlflow_run.json` that each
@@ -17,7 +17,7 @@ Contract
   sweep's parent `sweep-<name>`; the run_key stays the identity, as a tag.
 - With a SQLite store, an experiment's artifacts go beside the database (`<db dir>/mlartifacts/<experiment>`),
   not into `./mlruns` of whatever directory the job started in (`local_artifact_location`).
-- `NullTracker` (orchestrator/tracking_null.py) has the same interface and keeps everything in memory, for unit
+- `NullTracker` (record/tracker_null.py) has the same interface and keeps everything in memory, for unit
   tests and the ranks that do not log.
 """
 
@@ -33,28 +33,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainer.atomic import atomic_write
-
-from .tracking_buffer import _BATCH, OfflineBuffer, is_transient  # noqa: F401  (re-exported for callers)
-from .tracking_keys import (  # noqa: F401  (re-exported for callers)
-    TrackingKeyError,
-    check_keys,
-    check_run_key,
-    flatten_params,
-    metric_points,
-)
-from .tracking_ui import (  # noqa: F401  (re-exported)
+from record.rundir import atomic_write
+from record.tracker_buffer import _BATCH, OfflineBuffer, is_transient
+from record.tracker_keys import check_keys, check_run_key, flatten_params, metric_points
+from record.tracker_ui import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
-    UI_QUERY,
     VIEW_TAG_PREFIX,
-    compare_url,
     experiment_url,
     lead_first,
 )
 
 if TYPE_CHECKING:
-    from .tracking_null import Tracker
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -63,16 +54,10 @@ CLOSE_STATUSES = ("FINISHED", "FAILED", "KILLED")
 RUN_FILE = "mlflow_run.json"  # in each opened cell's run directory: where its run (and parent) live
 
 
-def collapse_tags(verdict: Mapping[str, Any]) -> dict[str, str]:
-    """Tags for a collapse verdict (`trainer.collapse.CollapseVerdict.to_dict()`): verdict, step, reason."""
-    from trainer.collapse import CollapseVerdict
-
-    return CollapseVerdict.from_dict(verdict).tags()
-
-
-def mark_collapse(tracker: Tracker, verdict: Mapping[str, Any]) -> None:
-    """Record a run's collapse verdict as `collapse/*` tags, so runs can be filtered by it in the UI."""
-    tracker.set_tags(collapse_tags(verdict))
+def default_tracking_uri() -> str:
+    """MLFLOW_TRACKING_URI, else a local SQLite store under ./runs (MLflow 3 refuses new file stores)."""
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    return env or f"sqlite:///{(Path('runs') / 'mlflow.db').resolve()}"
 
 
 class MlflowTracker:

@@ -1,6 +1,6 @@
 """The tracking buffer: events not yet delivered to MLflow, on disk in the run directory, replayed in order.
 
-No mlflow import here (orchestrator/tracking.py stays the only module with one): this is plain files and
+No mlflow import here (record/tracker.py stays the only module with one): this is plain files and
 the rules for telling "the store is unreachable, retry" from "the request was wrong".
 """
 
@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-log = logging.getLogger("orchestrator.tracking")
+log = logging.getLogger("record.tracker")
 
 _BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's per-request limits (utils/validation.py)
 

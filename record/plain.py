@@ -11,12 +11,13 @@ import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, fields
 
-from .checks import ConfigError, _is_int, _join, _unknown_keys
+from record.checks import check_unknown_keys, is_int, join_path
+from record.errors import ConfigError
 
 _SCHEMA: dict[type, tuple[list[str], list[str], dict, str]] = {}
 
 
-def _schema(cls) -> tuple[list[str], list[str], dict, str]:
+def schema_of(cls) -> tuple[list[str], list[str], dict, str]:
     """(field names, required names, each field's conversion, the default `path` of its `problems`) of a
     component dataclass, computed once: expansion builds thousands of configs."""
     if cls not in _SCHEMA:
@@ -37,7 +38,7 @@ def _conversion(hint) -> str:
 def _coerce(conversion: str, value):
     """The only conversions a YAML value needs: 1 -> 1.0 where a float is expected (one spelling per value
     keeps run_keys unique), a list -> a tuple where a tuple is expected; the rest is checked as it is."""
-    if conversion == "float" and _is_int(value):
+    if conversion == "float" and is_int(value):
         return float(value)
     if conversion == "tuple" and isinstance(value, list):
         return tuple(value)
@@ -46,7 +47,7 @@ def _coerce(conversion: str, value):
 
 def build(cls, data, path: str, problems: list[str]):
     """`cls(**data)` for a component dataclass, or None after appending every problem (paths under `path`)."""
-    names, required, hints, default = _schema(cls)
+    names, required, hints, default = schema_of(cls)
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
@@ -56,8 +57,8 @@ def build(cls, data, path: str, problems: list[str]):
     if memo is not None and memo in _BUILT:
         return _BUILT[memo]
     before = len(problems)
-    _unknown_keys(problems, path, data, names)
-    problems.extend(f"{_join(path, name)}: missing; this key is required"
+    check_unknown_keys(problems, path, data, names)
+    problems.extend(f"{join_path(path, name)}: missing; this key is required"
                     for name in required if name not in data)
     if len(problems) > before:
         return None
@@ -92,29 +93,29 @@ def _memo_key(cls, path: str, data: Mapping) -> tuple | None:
     return key
 
 
-def _jsonable(value) -> bool:
+def is_jsonable(value) -> bool:
     if value is None or isinstance(value, (bool, int, str)):
         return True
     if isinstance(value, float):
         return math.isfinite(value)
     if isinstance(value, (list, tuple)):
-        return all(_jsonable(v) for v in value)
+        return all(is_jsonable(v) for v in value)
     if isinstance(value, Mapping):
-        return all(isinstance(k, str) and _jsonable(v) for k, v in value.items())
+        return all(isinstance(k, str) and is_jsonable(v) for k, v in value.items())
     return False
 
 
 @functools.lru_cache(maxsize=4096)
-def _items(part) -> tuple:
+def items_of(part) -> tuple:
     """A component's (field, plain value) pairs; cells share components, so each is listed once."""
-    return tuple((k, getattr(part, k)) for k in _schema(type(part))[0])  # scalars, or tuples of scalars
+    return tuple((k, getattr(part, k)) for k in schema_of(type(part))[0])  # scalars, or tuples of scalars
 
 
-def _plain(value):
+def to_plain(value):
     if value is None or type(value) in (str, int, float, bool):
         return value
     if isinstance(value, (tuple, list)):
-        return [_plain(v) for v in value]
+        return [to_plain(v) for v in value]
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: to_plain(v) for k, v in value.items()}
     return value

@@ -18,12 +18,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from trainer.atomic import atomic_write as atomic_write_text
+from eval import data, taskfiles
+from eval.answers import grade
+from record.keys import eval_metric_keys
+from record.rundir import atomic_write as atomic_write_text
 from trainer.checkpoint import tag_for
-
-from . import data, taskfiles
-from .answers import grade
-from .metrics import eval_metric_keys
 
 LM_EVAL_METRICS = ("acc", "pass_at_1", "pass_at_n", "maj_at_n", "n_samples")
 BASE_EXPERIMENT = "comedy-base-models"
@@ -101,8 +100,7 @@ def log_to_run(target, cfg, tasks, per_seed, settings, step, root, files, tracki
                model_dir) -> str | None:
     """Means over seeds into the MLflow run of `target` (reopened by run_key), the files as artifacts, then the
     markers. The tracker buffers in the run dir while the store is unreachable, so nothing is lost."""
-    from orchestrator.tracking import CLOSE_STATUSES, MlflowTracker
-    from trainer.train import default_tracking_uri
+    from record.tracker import CLOSE_STATUSES, MlflowTracker, default_tracking_uri
 
     run_dir = root.parents[1]
     uri = tracking_uri or (cfg.tracking.tracking_uri if cfg else "") or default_tracking_uri()

@@ -86,8 +86,20 @@ _PLACEHOLDER = re.compile(r"<(\w+)>")
 def metric_key(template: str, **fields: object) -> str:
     """metric_key(EVAL_PASS_AT_K, task="math500", k=8) -> 'eval/math500/pass_at_8'."""
     if template not in METRICS:
-        raise KeyError(f"unknown metric {template!r}; add it to trainer/metrics.py and docs/metrics.md")
+        raise KeyError(f"unknown metric {template!r}; add it to record/keys.py and docs/metrics.md")
     missing = [name for name in _PLACEHOLDER.findall(template) if name not in fields]
     if missing:
         raise KeyError(f"metric {template!r} needs {', '.join(missing)}")
     return _PLACEHOLDER.sub(lambda m: str(fields[m.group(1)]), template)
+
+
+def eval_metric_keys(task: str, k: int) -> dict[str, str]:
+    """lm-eval metric name -> the MLflow key it is logged under (EVAL_MEAN_AT_K and its kin, filled in).
+
+    mean@k is `eval/<task>/mean_at_<k>` (the paper's k = 32 gives `eval/<task>/mean_at_32`).
+    """
+    keys = {"acc": metric_key(EVAL_MEAN_AT_K, task=task, k=k), "pass_at_1": metric_key(EVAL_PASS_AT_K, task=task, k=1)}
+    if k > 1:
+        keys.update({"pass_at_n": metric_key(EVAL_PASS_AT_K, task=task, k=k),
+                     "maj_at_n": metric_key(EVAL_MAJ_AT_K, task=task, k=k)})
+    return keys

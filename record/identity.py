@@ -14,8 +14,6 @@ from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
 from typing import Any
 
-from trainer.config import RunConfig
-
 KEY_HEX = 12  # 48 bits: a collision among 10^5 cells has odds of about 1e-5, and expansion checks for it
 # Where a run logs, not what it computes: moving the MLflow server must not turn every run into a new one
 # (a resumed run keeps logging to the store it started in; see orchestrator/rundirs.py).
@@ -27,19 +25,20 @@ def canonical_json(data: Mapping) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
-def identity_dict(config: RunConfig | Mapping) -> dict:
-    """The resolved config minus the EXCLUDED sections. A mapping is taken as `RunConfig.to_dict()` output."""
-    data = config.to_dict() if isinstance(config, RunConfig) else dict(config)
+def identity_dict(config) -> dict:
+    """The resolved config minus the EXCLUDED sections: a run config dataclass (trainer/config.py RunConfig), or a
+    mapping taken as its `to_dict()` output."""
+    data = config.to_dict() if is_dataclass(config) else dict(config)
     return {k: v for k, v in data.items() if k not in EXCLUDED}
 
 
-def run_key(config: RunConfig | Mapping) -> str:
+def run_key(config) -> str:
     """First KEY_HEX hex digits of sha256(canonical JSON of the resolved config, seed included)."""
-    text = _canonical_run_config(config) if isinstance(config, RunConfig) else canonical_json(identity_dict(config))
+    text = _canonical_run_config(config) if is_dataclass(config) else canonical_json(identity_dict(config))
     return hashlib.sha256(text.encode()).hexdigest()[:KEY_HEX]
 
 
-def _canonical_run_config(config: RunConfig) -> str:
+def _canonical_run_config(config) -> str:
     """canonical_json(identity_dict(config)), assembled from each section's cached JSON: the cells of a sweep
     share most sections, and 10k cells must expand in under 2 s (tests check the two agree)."""
     parts = sorted((f.name, getattr(config, f.name)) for f in fields(config) if f.name not in EXCLUDED)

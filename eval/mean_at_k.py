@@ -65,13 +65,3 @@ def problem_metrics(scores: Sequence[float], answers: Sequence[str | None]) -> d
     return {"acc": mean_at_k(scores), "pass_at_1": pass_at_k(n, c, 1), "pass_at_n": pass_at_k(n, c, n),
             "maj_at_n": maj_at_k(answers, scores), "n_samples": float(n)}
 
-
-def eval_metric_keys(task: str, k: int) -> dict[str, str]:
-    """lm-eval metric name -> the MLflow key it is logged under (trainer/metrics.py names; `@` becomes `_at_`).
-
-    mean@k is `eval/<task>/mean_at_<k>` (the paper's k = 32 gives `eval/<task>/mean_at_32`).
-    """
-    keys = {"acc": f"eval/{task}/mean_at_{k}", "pass_at_1": f"eval/{task}/pass_at_1"}
-    if k > 1:
-        keys.update({"pass_at_n": f"eval/{task}/pass_at_{k}", "maj_at_n": f"eval/{task}/maj_at_{k}"})
-    return keys
