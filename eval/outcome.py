@@ -21,8 +21,7 @@ from pathlib import Path
 from eval import data, taskfiles
 from eval.answers import grade
 from record.keys import eval_metric_keys
-from record.rundir import atomic_write as atomic_write_text
-from trainer.checkpoint import tag_for
+from record.rundir import RunDir, atomic_write, tag_for
 
 LM_EVAL_METRICS = ("acc", "pass_at_1", "pass_at_n", "maj_at_n", "n_samples")
 BASE_EXPERIMENT = "comedy-base-models"
@@ -89,23 +88,23 @@ def save_seed(root, task, seed, out, settings, data_file, seconds) -> dict:
     metrics["docs"] = len(rows)
     samples_path = seed_file(root, task, seed, "samples.jsonl")
     samples_path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(samples_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    atomic_write(samples_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     record = {"task": task, "seed": seed, "metrics": metrics, "lm_eval": reported, "seconds": round(seconds, 2),
               "settings": settings.record(), "data_sha256": data.sha256_file(data_file)}
-    atomic_write_text(seed_file(root, task, seed, "results.json"), json.dumps(record, indent=1, default=str))
+    atomic_write(seed_file(root, task, seed, "results.json"), json.dumps(record, indent=1, default=str))
     return metrics
 
 
-def log_to_run(target, cfg, tasks, per_seed, settings, step, root, files, tracking_uri, experiment,
+def log_to_run(target, cfg, tasks, per_seed, settings, step, home: RunDir, files, tracking_uri, experiment,
                model_dir) -> str | None:
     """Means over seeds into the MLflow run of `target` (reopened by run_key), the files as artifacts, then the
     markers. The tracker buffers in the run dir while the store is unreachable, so nothing is lost."""
     from record.tracker import CLOSE_STATUSES, MlflowTracker, default_tracking_uri
 
-    run_dir = root.parents[1]
+    root = home.eval_step(step)
     uri = tracking_uri or (cfg.tracking.tracking_uri if cfg else "") or default_tracking_uri()
     name = experiment or ((cfg.tracking.experiment or "comedy") if cfg else BASE_EXPERIMENT)
-    tracker = MlflowTracker(run_dir)
+    tracker = MlflowTracker(home.path)
     params = {} if target.is_run else {"model.name_or_path": str(model_dir)}
     tracker.open_run(target.run_key, name, uri, params, {})
     try:
@@ -123,7 +122,7 @@ def log_to_run(target, cfg, tasks, per_seed, settings, step, root, files, tracki
                     "settings": settings.record(), "data_sha256": data.sha256_file(files[task]),
                     "model_dir": str(model_dir), "run_key": target.run_key, "finished_unix": int(time.time()),
                     "pid": os.getpid()}
-            atomic_write_text(root / f"{task}.done.json", json.dumps(mark, indent=1, sort_keys=True))
+            atomic_write(root / f"{task}.done.json", json.dumps(mark, indent=1, sort_keys=True))
     finally:
         # The training's status stays: evaluating a FAILED or KILLED run does not make it FINISHED, and an
         # evaluation that fails is the ledger's business, not the training run's.

@@ -23,8 +23,8 @@ from pathlib import Path
 from eval import backends, data, outcome, taskfiles
 from eval.outcome import Settings
 from eval.target import EvalError, Target, resolve
+from record.rundir import RunDir
 from trainer import vllm_support
-from trainer.checkpoint import tag_for
 
 
 def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | None = None, force: bool = False,
@@ -42,8 +42,9 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
     settings = _settings(ev, k, seeds, backend, max_tokens, limit, chat_template)
     tasks = _check_tasks(list(tasks or ev.tasks))
     step = _step(target, step)
-    root = (target.path if target.is_run else Path(out_dir or runs_root / "eval" / target.run_key)) / "eval"
-    root = root / tag_for(step)
+    # A plain model has no run directory: its evaluation gets one of its own, laid out the same way.
+    home = RunDir(target.path if target.is_run else Path(out_dir or runs_root / "eval" / target.run_key))
+    root = home.eval_step(step)
     files = _data_files(tasks, Path(data_dir or data.default_data_dir()), root / "data")
     marks = {t: outcome.marker(root, t, settings, files[t]) for t in tasks}
     pending = [t for t in tasks if force or marks[t] is None]
@@ -56,7 +57,7 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
         return summary
     model_dir = _model_dir(target, step, log)
     per_seed = _generate(model_dir, pending, files, settings, root, cfg, force, engine_args or {}, log)
-    summary["run_id"] = outcome.log_to_run(target, cfg, pending, per_seed, settings, step, root, files,
+    summary["run_id"] = outcome.log_to_run(target, cfg, pending, per_seed, settings, step, home, files,
                                           tracking_uri, experiment, model_dir)
     for t in pending:
         done = outcome.marker(root, t, settings, files[t])
@@ -132,9 +133,9 @@ def _data_files(tasks: list[str], data_dir: Path, scratch: Path) -> dict[str, Pa
 def _model_dir(target: Target, step: int, log) -> Path:
     if not target.is_run:
         return target.path
-    from trainer.export import ExportError, export_dir, export_hf
+    from trainer.export import ExportError, export_hf
 
-    if not (export_dir(target.path, step) / "export.json").is_file():
+    if not RunDir(target.path).export_done(step).is_file():
         log(f"[eval] exporting checkpoint step {step} of {target.path} to Hugging Face format")
     try:
         return export_hf(target.path, step)

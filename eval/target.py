@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from record.errors import UserError
+from record.rundir import RunDir
 
-_STEP_DIR = re.compile(r"step_(\d+)")
 _RUN_KEY = re.compile(r"[0-9a-f]{6,64}")
 
 
@@ -33,7 +33,7 @@ class Target:
 
 def run_key_of(run_dir: Path) -> str:
     """The run_key its training logged under: the checkpoints' record of it, else the hash of its config."""
-    for state in sorted((run_dir / "checkpoints").glob("step_*/state.json"), reverse=True):
+    for state in reversed(RunDir(run_dir).checkpoint_states()):
         try:
             key = json.loads(state.read_text()).get("mlflow_run_key")
         except (OSError, json.JSONDecodeError):
@@ -64,18 +64,18 @@ def resolve(target: str | Path, runs_root: Path = Path("runs")) -> Target:
     """The Target named by a path or a run_key; EvalError naming what was looked for."""
     path = Path(target)
     if path.is_dir():
-        step_match = _STEP_DIR.fullmatch(path.name)
-        if step_match and path.parent.name in ("checkpoints", "export") and (path.parents[1] / "config.yaml").exists():
-            return _as_run(path.parents[1], int(step_match.group(1)))
-        if (path / "config.yaml").exists():
+        in_run = RunDir.of_step_dir(path)
+        if in_run:
+            return _as_run(in_run[0].path, in_run[1])
+        if RunDir(path).is_run():
             return _as_run(path, None)
         if (path / "config.json").exists():
             return Target("model", path, base_run_key(path))
         raise EvalError(f"{path} is neither a run directory (config.yaml), a checkpoint (checkpoints/step_N) nor a "
                         f"Hugging Face model directory (config.json)")
     if _RUN_KEY.fullmatch(str(target)):
-        found = sorted({p.parent for p in (*runs_root.glob(f"*/{target}/config.yaml"),
-                                           *runs_root.glob(f"{target}/config.yaml"))})
+        found = sorted({p for p in (*runs_root.glob(f"*/{target}"), *runs_root.glob(str(target)))
+                        if RunDir(p).is_run()})
         if len(found) == 1:
             return _as_run(found[0], None)
         if len(found) > 1:

@@ -5,13 +5,13 @@ are listed in orchestrator/results.py, which turns both into rows). Reads only; 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from orchestrator import results
 from orchestrator.ledger import Ledger, apply_rows, to_poll
 from orchestrator.slurm_query import SlurmError, available, sacct
 from record.errors import UserError
+from record.rundir import RunDir, read_json
 
 
 def current_records(sweep_dir: Path) -> dict[str, dict]:
@@ -38,25 +38,18 @@ def _is_slurm(record: dict) -> bool:
 def run_dir_facts(run_dir: Path) -> dict:
     """What the run directory says: step (latest checkpoint), latest metrics, the collapse verdict with its step
     and reason, the evaluation's metrics (see orchestrator/results.py for the files' contract)."""
+    run = RunDir(run_dir)
     facts: dict = {"step": None, "metrics": {}}
-    latest_ckpt = read_json(run_dir / "checkpoints" / "latest.json")
+    latest_ckpt, state = run.latest_state()
     if latest_ckpt:
         facts["step"] = latest_ckpt.get("step")
-        state = read_json(run_dir / "checkpoints" / str(latest_ckpt.get("tag")) / "state.json") or {}
         history = (state.get("collapse") or {}).get("history", {})
         facts["metrics"] = {k: points[-1][1] for k, points in history.items() if points}
     # The trainer's last logged step (trainer/train.py), newer than the checkpoint's and with every metric.
-    facts["metrics"].update((read_json(run_dir / "last_metrics.json") or {}).get("metrics", {}))
-    facts.update(results.verdict_fields(read_json(run_dir / "verdict.json")))
-    facts["eval"] = results.eval_metrics((read_json(run_dir / "eval_result.json") or {}).get("result"))
+    facts["metrics"].update((read_json(run.last_metrics) or {}).get("metrics", {}))
+    facts.update(results.verdict_fields(read_json(run.verdict)))
+    facts["eval"] = results.eval_metrics((read_json(run.eval_result) or {}).get("result"))
     return facts
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 def rows(records: dict[str, dict]) -> list[dict]:
@@ -75,7 +68,7 @@ def run_config(run_dir: Path) -> dict:
     import yaml
 
     try:
-        data = yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))
+        data = yaml.safe_load(RunDir(run_dir).config.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
         return {}
     return {k: v for k, v in results.flatten(data).items() if not k.startswith("tracking.")}

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from record.rundir import atomic_write
+from record.rundir import RunDir, atomic_write, tag_for
 
 TRAIN_ENTRY = "orchestrator.jobs:train_job"
 # A training job stopped by the warning signal exits with this (EX_TEMPFAIL) when Slurm did not requeue it (a
@@ -45,7 +45,7 @@ def run_eval(entry: str, run_dir: str):
     quiet_job_log()
     result = resolve_entry(entry)(Path(run_dir))
     if is_rank0():
-        write_json(Path(run_dir) / "eval_result.json", {"result": result, "code": code_dir(), "at": time.time()})
+        write_json(RunDir(run_dir).eval_result, {"result": result, "code": code_dir(), "at": time.time()})
     return result
 
 
@@ -75,7 +75,7 @@ def train_job(run_dir: Path) -> dict:
     from trainer.config import RunConfig
     from trainer.train import RunContext, train
 
-    cfg = RunConfig.from_dict(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8")))
+    cfg = RunConfig.from_dict(yaml.safe_load(RunDir(run_dir).config.read_text(encoding="utf-8")))
     record = _record(run_dir)
     sweep = record.get("sweep") or run_dir.parent.name
     ctx = RunContext(run_dir=run_dir, run_key=run_dir.name, sweep_id=sweep, parent_run_key=f"sweep-{sweep}",
@@ -97,9 +97,12 @@ def eval_job(run_dir: Path) -> dict:
 
 
 def _record(run_dir: Path) -> dict:
+    """The cell's ledger record ({} for a run dir outside a sweep)."""
+    from orchestrator.ledger import Ledger
+
     try:
-        return json.loads((run_dir.parent / "ledger" / f"{run_dir.name}.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        return Ledger(run_dir.parent).load(run_dir.name) or {}
+    except Exception:  # noqa: BLE001 - a run outside a sweep, or an unreadable record: train without the axes
         return {}
 
 
@@ -111,7 +114,7 @@ def probe_settings(run_dir: Path) -> dict:
     defaults = {"steps": _config_steps(run_dir), "sleep_s": 0.0, "fail_exit": None, "fail_at_step": 1,
                 "collapse_at_step": None}
     try:
-        return {**defaults, **json.loads((run_dir / "probe.json").read_text(encoding="utf-8"))}
+        return {**defaults, **json.loads(RunDir(run_dir).probe.read_text(encoding="utf-8"))}
     except (OSError, json.JSONDecodeError):
         return defaults
 
@@ -120,7 +123,7 @@ def _config_steps(run_dir: Path) -> int:
     import yaml
 
     try:
-        return int(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))["optim"]["steps"])
+        return int(yaml.safe_load(RunDir(run_dir).config.read_text(encoding="utf-8"))["optim"]["steps"])
     except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
         return 3
 
@@ -128,18 +131,18 @@ def _config_steps(run_dir: Path) -> int:
 def probe_train(run_dir: Path) -> dict:
     """Resume from checkpoints/latest.json, count to `steps` writing a checkpoint each step; may fail or
     collapse on request. Every start is logged in starts.jsonl (step it resumed from, job id, code)."""
-    s = probe_settings(run_dir)
-    latest = run_dir / "checkpoints" / "latest.json"
+    s, run = probe_settings(run_dir), RunDir(run_dir)
+    latest = run.latest_checkpoint
     step = json.loads(latest.read_text())["step"] if latest.exists() else 0
-    with open(run_dir / "starts.jsonl", "a") as f:
+    with open(run.starts, "a") as f:
         f.write(json.dumps({"from_step": step, "job": os.environ.get("SLURM_JOB_ID"), "code": code_dir(),
                             "restart": os.environ.get("SLURM_RESTART_COUNT", "0"), "at": time.time()}) + "\n")
     while step < s["steps"]:
         time.sleep(s["sleep_s"])
         step += 1
-        write_json(latest, {"tag": f"step_{step:06d}", "step": step})
+        write_json(latest, {"tag": tag_for(step), "step": step})
         if s["collapse_at_step"] is not None and step >= s["collapse_at_step"]:
-            write_json(run_dir / "verdict.json", {"verdict": "collapsed", "step": step,
+            write_json(run.verdict, {"verdict": "collapsed", "step": step,
                                                    "reason": "probe asked to collapse", "findings": []})
         if s["fail_exit"] is not None and step >= s["fail_at_step"]:
             raise SystemExit(int(s["fail_exit"]))
@@ -149,7 +152,7 @@ def probe_train(run_dir: Path) -> dict:
 def probe_eval(run_dir: Path) -> dict:
     """A stand-in evaluation (until eval/run.py is there, and for fault tests): reads the final checkpoint's step
     and fails unless training had finished, so a chained evaluation that ran too early shows up."""
-    step = json.loads((run_dir / "checkpoints" / "latest.json").read_text())["step"]
+    step = json.loads(RunDir(run_dir).latest_checkpoint.read_text())["step"]
     target = probe_settings(run_dir)["steps"]
     if step != target:
         raise RuntimeError(f"evaluated at step {step} of {target}: training had not finished")

@@ -20,7 +20,7 @@ from orchestrator.plan import Plan
 from orchestrator.sweep import REPO, Sweep
 from record.errors import UserError
 from record.identity import run_key
-from record.rundir import atomic_write
+from record.rundir import RunDir, atomic_write
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 def _materialise(sweep: Sweep, plan: Plan, sweep_dir: Path) -> Materialised:
     written = unchanged = kept = 0
     for cell in sweep.cells:
-        path = sweep_dir / cell.run_key / "config.yaml"
+        path = RunDir(sweep_dir / cell.run_key).config
         text = yaml.dump(cell.config.to_dict(), Dumper=_DUMPER, sort_keys=False)
         if not path.exists():
             atomic_write(path, text)

@@ -48,6 +48,7 @@ from orchestrator.submit import (
     submit_jobs,
 )
 from orchestrator.sweep import Sweep
+from record.rundir import RunDir
 from trainer.collapse import read_verdict
 
 RETRYABLE = {"NODE_FAIL": "node failure", "PREEMPTED": "preempted", "BOOT_FAIL": "node failed to boot",
@@ -380,7 +381,7 @@ def _verdict(record: dict) -> str | None:
     if record.get("final") or train is None or train["state"] in LIVE or train["state"] == "COMPLETED":
         return None  # only a failed training asks whether the run had collapsed
     try:
-        verdict = read_verdict(Path(record["run_dir"]) / "verdict.json")
+        verdict = read_verdict(RunDir(record["run_dir"]).verdict)
     except ValueError:
         return None
     return verdict.verdict if verdict else None

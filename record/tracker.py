@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from record.rundir import atomic_write
+from record.rundir import RunDir, atomic_write
 from record.tracker_buffer import _BATCH, OfflineBuffer, is_transient
 from record.tracker_keys import check_keys, check_run_key, flatten_params, metric_points
 from record.tracker_ui import (
@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 
 RUN_KEY_TAG, SWEEP_ID_TAG, PARENT_TAG = "run_key", "sweep_id", "mlflow.parentRunId"
 CLOSE_STATUSES = ("FINISHED", "FAILED", "KILLED")
-RUN_FILE = "mlflow_run.json"  # in each opened cell's run directory: where its run (and parent) live
 
 
 def default_tracking_uri() -> str:
@@ -77,7 +76,7 @@ class MlflowTracker:
                             ("MLFLOW_HTTP_REQUEST_TIMEOUT", int(http_timeout_s))):
             os.environ.setdefault(name, str(value))
         self.run_dir = Path(run_dir)
-        self.buffer = OfflineBuffer(run_dir)
+        self.buffer = OfflineBuffer(RunDir(run_dir))
         self.retry_after_s = retry_after_s
         self.run_id: str | None = None
         self.experiment_id: str | None = None
@@ -136,7 +135,7 @@ class MlflowTracker:
     def log_dict(self, obj: Any, name: str) -> None:
         """Write `obj` as `name` (.json or .yaml) under run_dir/tracking_artifacts, then log that file; the
         file outlives an outage, so the buffered event can point at it."""
-        path = self.run_dir / "tracking_artifacts" / name
+        path = RunDir(self.run_dir).tracking_artifacts / name
         path.parent.mkdir(parents=True, exist_ok=True)
         if name.endswith(".json"):
             text = json.dumps(obj, indent=2, sort_keys=True, default=str)
@@ -239,7 +238,7 @@ class MlflowTracker:
         parent = parent or before.get("parent_run_id")
         views = sorted({*before.get("views", []), *(k.removeprefix(VIEW_TAG_PREFIX) for k in a["experiment_tags"]
                                                      if k.startswith(VIEW_TAG_PREFIX))})
-        atomic_write(self.run_dir / RUN_FILE, json.dumps({"tracking_uri": a["tracking_uri"], "run_id": run_id,
+        atomic_write(RunDir(self.run_dir).tracking_run, json.dumps({"tracking_uri": a["tracking_uri"], "run_id": run_id,
                                                           "experiment_id": experiment_id, "parent_run_id": parent,
                                                           "views": views}))
         self._send(run_id, {"kind": "params", "values": a["params"]})
@@ -323,6 +322,6 @@ def read_run_file(run_dir: Path) -> dict:
     """What `mlflow_run.json` in `run_dir` says (tracking_uri, experiment_id, run_id, parent_run_id, and the
     shared views of the runs table set on the experiment, by key), or {}."""
     try:
-        return json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        return json.loads(RunDir(run_dir).tracking_run.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return {}

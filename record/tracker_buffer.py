@@ -12,6 +12,8 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from record.rundir import RunDir
+
 log = logging.getLogger("record.tracker")
 
 _BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's per-request limits (utils/validation.py)
@@ -47,9 +49,9 @@ class OfflineBuffer:
     One writer per run directory (the job); not safe for two processes at once.
     """
 
-    def __init__(self, run_dir: str | os.PathLike):
-        self.dir = Path(run_dir)
-        self.path, self.ledger_path = self.dir / "tracking_buffer.jsonl", self.dir / "tracking_ledger.jsonl"
+    def __init__(self, run: RunDir | str | os.PathLike):
+        run = run if isinstance(run, RunDir) else RunDir(run)
+        self.dir, self.path, self.ledger_path = run.path, run.tracking_buffer, run.tracking_ledger
         for path in (self.path, self.ledger_path):
             # A crash mid-write leaves a torn last line; end it so the next event starts on a line of its own.
             if path.exists() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from record.rundir import EXPORT_MARKER, RunDir, step_of, tag_for
 from trainer import checkpoint
 
 EXPORT_VERSION = 1
@@ -30,19 +31,16 @@ class ExportError(ValueError):
     """A run directory that cannot be exported (no config, no checkpoint, a mismatched state dict)."""
 
 
-def export_dir(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "export" / checkpoint.tag_for(step)
-
-
 def checkpoint_step(run_dir: Path, step: int | None = None) -> int:
     """`step` if that checkpoint is complete, else the latest complete one; ExportError with the choices."""
-    ckpt_dir = Path(run_dir) / "checkpoints"
-    steps = sorted(int(p.parent.name.split("_")[1]) for p in ckpt_dir.glob("step_*/state.json"))
+    run = RunDir(run_dir)
+    ckpt_dir = run.checkpoints
+    steps = sorted(step_of(p.parent.name) for p in run.checkpoint_states())
     if step is None:
-        info = checkpoint.latest(ckpt_dir)
+        info = checkpoint.latest(run)
         if info is None:
             raise ExportError(f"{ckpt_dir}: no complete checkpoint (no latest.json naming one); "
-                              f"train the run first (orchestrate train {Path(run_dir) / 'config.yaml'})")
+                              f"train the run first (orchestrate train {run.config})")
         return int(info["step"])
     if step not in steps:
         have = ", ".join(map(str, steps)) or "none"
@@ -55,7 +53,7 @@ def load_run_config(run_dir: Path):
 
     from trainer.config import RunConfig
 
-    path = Path(run_dir) / "config.yaml"
+    path = RunDir(run_dir).config
     if not path.exists():
         raise ExportError(f"{path} does not exist; {run_dir} is not a run directory")
     return RunConfig.from_dict(yaml.safe_load(path.read_text()))
@@ -74,8 +72,8 @@ def export_hf(run_dir: Path, step: int | None = None) -> Path:
     """The HF directory of checkpoint `step` (default: the latest) of the run in `run_dir`, built if missing."""
     run_dir = Path(run_dir)
     step = checkpoint_step(run_dir, step)
-    final = export_dir(run_dir, step)
-    if (final / "export.json").is_file():
+    final = RunDir(run_dir).export(step)
+    if RunDir(run_dir).export_done(step).is_file():
         return final
     cfg = load_run_config(run_dir)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -84,7 +82,7 @@ def export_hf(run_dir: Path, step: int | None = None) -> Path:
         _write_export(run_dir, step, base_model_path(cfg), cfg.model.dtype, tmp)
         os.rename(tmp, final)
     except OSError:
-        if not (final / "export.json").is_file():
+        if not RunDir(run_dir).export_done(step).is_file():
             raise
     finally:
         if tmp.exists():
@@ -105,8 +103,8 @@ def _fp32_state_dict(ckpt_dir: Path, tag: str) -> dict[str, torch.Tensor]:
 def _write_export(run_dir: Path, step: int, base: str, dtype_name: str, out: Path) -> None:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    tag = checkpoint.tag_for(step)
-    state = _fp32_state_dict(run_dir / "checkpoints", tag)
+    tag = tag_for(step)
+    state = _fp32_state_dict(RunDir(run_dir).checkpoints, tag)
     config = AutoConfig.from_pretrained(base)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -127,10 +125,10 @@ def _write_export(run_dir: Path, step: int, base: str, dtype_name: str, out: Pat
         pass
     record = {"export_version": EXPORT_VERSION, "run_dir": str(run_dir.resolve()), "step": step, "tag": tag,
               "base_model": base, "dtype": str(dtype).removeprefix("torch."), "tensors": len(state)}
-    (out / "export.json").write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")  # last: marks it whole
+    (out / EXPORT_MARKER).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")  # last: marks it whole
 
 
-_NOT_TOKENIZER = ("config.json", "generation_config.json", "build.json", "export.json")
+_NOT_TOKENIZER = ("config.json", "generation_config.json", "build.json", EXPORT_MARKER)
 _WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".index.json", ".msgpack", ".h5")
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from record.rundir import atomic_write
+from record.rundir import RunDir, atomic_write
 from trainer import checkpoint, distributed
 from trainer.config import RunConfig
 from trainer.data import load_examples
@@ -165,7 +165,7 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
     ctx.run_dir.mkdir(parents=True, exist_ok=True)
     manifest = objective_manifest(cfg)
     if dist.is_main:
-        atomic_write(ctx.run_dir / "objective.json", json.dumps(manifest, indent=1))
+        atomic_write(RunDir(ctx.run_dir).objective, json.dumps(manifest, indent=1))
     path = resolve_model_path(cfg)
     engine, reference, tokenizer = build_engine(cfg, path, dist, micro_batches)
     val_examples = load_examples(cfg.data, cfg.data.val_split) if cfg.data.val_every else []
@@ -175,12 +175,12 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
                            micro_groups * G)
     queue = RolloutQueue(cfg.rollout.async_level)
     monitor = CollapseMonitor(CollapseConfig.from_dict(cfg.collapse))
-    ckpt_dir = ctx.run_dir / "checkpoints"
-    state = checkpoint.restore(engine, ckpt_dir, dist.rank) or {"step": 0}
+    run = RunDir(ctx.run_dir)
+    state = checkpoint.restore(engine, run, dist.rank) or {"step": 0}
     monitor.load(state.get("collapse", {}))
-    queue.load(checkpoint.load_extra(ckpt_dir, f"queue_rank{dist.rank}.pt") or [])
+    queue.load(checkpoint.load_extra(run, f"queue_rank{dist.rank}.pt") or [])
     tracker = _open_tracker(cfg, ctx, dist, manifest)
-    logged = _LoggedSteps(ctx.run_dir)
+    logged = _LoggedSteps(run)
     preempt, last, status = Preemption(), {}, "FINISHED"
     progress = StepProgress(state["step"], cfg.optim.steps, enabled=dist.is_main)
     rollout.sync_weights(engine.module)  # the restored checkpoint's weights (vLLM started from the base model)
@@ -201,10 +201,10 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
             progress(step + 1, last)
             monitor.update(step + 1, last)
             if dist.is_main:
-                monitor.write(ctx.run_dir / "verdict.json")
+                monitor.write(run.verdict)
             stop, preempted = monitor.should_stop(), preempt.agreed(dist.device)
             if step + 1 == cfg.optim.steps or stop or preempted or (step + 1) % cfg.checkpoint.every == 0:
-                checkpoint.save(engine, ckpt_dir, step + 1, {"run_key": ctx.run_key, "collapse": monitor.state()},
+                checkpoint.save(engine, run, step + 1, {"run_key": ctx.run_key, "collapse": monitor.state()},
                                 dist.rank, cfg.checkpoint.keep_last,
                                 extra={f"queue_rank{dist.rank}.pt": queue.state()})
             if preempted:
@@ -246,8 +246,8 @@ class _LoggedSteps:
     older checkpoint, the steps it re-trains (bitwise the same) are not logged a second time. Beside it, that
     step's metrics (`last_metrics.json`), which `orchestrate status` shows without asking the tracking store."""
 
-    def __init__(self, run_dir: Path):
-        self.path, self.metrics_path = run_dir / "logged_step", run_dir / "last_metrics.json"
+    def __init__(self, run: RunDir):
+        self.path, self.metrics_path = run.logged_step, run.last_metrics
         self.last = int(self.path.read_text()) if self.path.exists() else 0
 
     def mark(self, step: int, metrics: dict) -> None:

@@ -7,13 +7,13 @@ import re
 import sys
 from pathlib import Path
 
-from record.run_names import read_manifest
-
 from orchestrator import report
-from orchestrator.cell_state import current_records, read_json, rows, run_config
+from orchestrator.cell_state import current_records, rows, run_config
 from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
 from orchestrator.ledger import Ledger
 from record.identity import cell_name
+from record.run_names import read_manifest
+from record.rundir import RunDir, read_json
 
 EXAMPLES = """examples:
   orchestrate report runs/onpolicy
@@ -103,11 +103,11 @@ def read_histories(records: dict[str, dict]) -> tuple[dict[str, dict], list[str]
 def run_dir_history(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """The curves a run directory keeps: the latest checkpoint's collapse history (the keys the collapse rules
     read) and the last logged step's metrics (last_metrics.json, every key at one step)."""
-    latest = read_json(run_dir / "checkpoints" / "latest.json") or {}
-    state = read_json(run_dir / "checkpoints" / str(latest.get("tag")) / "state.json") or {}
+    run = RunDir(run_dir)
+    _, state = run.latest_state()
     history = {k: {int(s): float(v) for s, v in points}
                for k, points in ((state.get("collapse") or {}).get("history") or {}).items() if k in report.CURVES}
-    last = read_json(run_dir / "last_metrics.json") or {}
+    last = read_json(run.last_metrics) or {}
     for key, value in (last.get("metrics") or {}).items():
         if key in report.CURVES and isinstance(last.get("step"), int) and isinstance(value, (int, float)):
             history.setdefault(key, {})[last["step"]] = float(value)

@@ -19,7 +19,7 @@ from orchestrator.jobs import EVAL_ENTRY, run_eval
 from orchestrator.plan import make_plan
 from orchestrator.rundirs import materialise
 from orchestrator.sweep import load_sweep
-from trainer.checkpoint import tag_for
+from record.rundir import tag_for
 from trainer.collapse import CollapseMonitor
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ from orchestrator import ledger as L
 from orchestrator.cli import main
 from orchestrator.jobs import write_json
 from record.identity import cell_name
-from trainer.checkpoint import tag_for
+from record.rundir import tag_for
 from trainer.collapse import CollapseMonitor
 
 STEPS = 12
