@@ -37,7 +37,7 @@ import torch
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from eval import backends, taskfiles  # noqa: E402
-from trainer import tasks  # noqa: E402
+from trainer import tiny_task  # noqa: E402
 from trainer.rewards import tiny_reward  # noqa: E402
 from trainer.tiny_model import ensure_tiny_model, fast_config  # noqa: E402
 
@@ -101,9 +101,9 @@ def harness_vs_direct(args) -> None:
     from lm_eval.tasks import TaskManager
 
     model_dir = ensure_tiny_model(fast_config() if args.model == "fast" else None)
-    examples = tasks.make_split("test", args.n)
+    examples = tiny_task.make_split("test", args.n)
     with tempfile.TemporaryDirectory() as tmp:
-        data_file = tasks.write_jsonl(examples, Path(tmp) / "tiny_test.jsonl")
+        data_file = tiny_task.write_jsonl(examples, Path(tmp) / "tiny_test.jsonl")
         lm = backends.hf_lm(model_dir, device="cpu", batch_size=args.batch_size)
         until = backends.stop_strings(lm.tokenizer, chat_template=True)
         gen = backends.generation_kwargs("hf", 1.0, 1.0, args.max_tokens, until)
@@ -151,7 +151,7 @@ def timed_evaluations(lm, backend: str, args, examples, tmp: Path) -> tuple[list
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    data_file = tasks.write_jsonl(examples, tmp / "tiny_test.jsonl")
+    data_file = tiny_task.write_jsonl(examples, tmp / "tiny_test.jsonl")
     until = backends.stop_strings(lm.tokenizer, chat_template=True)
     gen = backends.generation_kwargs(backend, 1.0, 1.0, args.max_tokens, until)
     manager = TaskManager(include_path=str(taskfiles.render({"tiny": data_file}, tmp / backend, args.k, gen)),
@@ -169,7 +169,7 @@ def timed_evaluations(lm, backend: str, args, examples, tmp: Path) -> tuple[list
 
 def vllm_vs_hf(args) -> None:
     model_dir = ensure_tiny_model(fast_config() if args.model == "fast" else None)
-    examples = tasks.make_split("test", args.n)
+    examples = tiny_task.make_split("test", args.n)
     samples, figures = args.n * args.k, {}
     with tempfile.TemporaryDirectory() as tmp:
         # hf first: an in-process vLLM engine on CPU changes this process's torch threading.

@@ -57,10 +57,11 @@ def engines(args) -> dict:
 
     from trainer import distributed
     from trainer.data import prompt_text
-    from trainer.rollout import HFEngine, Sampling
+    from trainer.rollout import Sampling
+    from trainer.rollout_hf import HFEngine
     from trainer.rollout_vllm import VLLMEngine, gathered_parameters
-    from trainer.tasks import make_split
     from trainer.tiny_model import ensure_tiny_model
+    from trainer.tiny_task import make_split
     from trainer.train import CACHE
 
     path = str(ensure_tiny_model())

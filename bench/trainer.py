@@ -73,8 +73,8 @@ def trl(args, zero3: bool = False) -> tuple[list[float], float]:
     from trl import GRPOConfig, GRPOTrainer
 
     from trainer.rewards import tiny_reward
-    from trainer.tasks import make_split
     from trainer.tiny_model import ensure_tiny_model
+    from trainer.tiny_task import make_split
 
     if zero3:  # a one-process "distributed" job, as our trainer sets up for itself outside Slurm
         for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29531", "RANK": "0", "WORLD_SIZE": "1",

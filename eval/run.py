@@ -227,7 +227,7 @@ def _longest_prompt(tokenizer, tasks: list[str], files: dict[str, Path], limit: 
     it: the task's doc_to_text, inside the chat template when that is on."""
     import importlib
 
-    from trainer.tasks import read_jsonl
+    from trainer.tiny_task import read_jsonl
 
     utils = importlib.import_module("eval.tasks.utils")  # the task files' own prompt functions
     texts = []

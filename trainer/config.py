@@ -25,6 +25,7 @@ from trainer.config_objective import (
     AlgorithmConfig,
     KLConfig,
 )
+from trainer.rollout import ENGINES as ROLLOUT_ENGINES
 
 # --- The run config: one frozen dataclass per component, composed by RunConfig --------------------------
 # Defaults are the paper's on-policy setting (section 4.1 and appendix B) where the paper gives a number.
@@ -32,7 +33,7 @@ from trainer.config_objective import (
 TINY_MODEL = "tiny"  # model.name_or_path of the project's own tiny CPU model (trainer/tiny_model.py)
 DTYPES = ("bf16", "fp32", "auto")
 DATASETS = ("math", "countdown", "tiny")
-ENGINES = ("hf", "vllm")
+ENGINES = tuple(ROLLOUT_ENGINES)  # rollout.engine; eval.backend takes the same two names (lm-eval's)
 # The five final-evaluation tasks of 4.1, the held-out Countdown set of 4.2, and the tiny model's splits.
 EVAL_TASKS = ("math500", "math_squared", "mmlu_college_physics", "mmlu_college_chemistry",
               "mmlu_college_biology", "countdown", "tiny", "tiny_ood", "math_test")
@@ -70,7 +71,7 @@ class DataConfig:
     """Training prompts and the validation split scored every `val_every` steps (0: never)."""
 
     dataset: str = "math"  # MATH train, 7500 problems
-    # Local jsonl files; null: the dataset's own default files (trainer/tasks.py). Relative paths are resolved
+    # Local jsonl files; null: the dataset's own default files (trainer/tiny_task.py). Relative paths are resolved
     # against the job's working directory, so the same sweep gives the same run_keys on every machine.
     train_path: str | None = None
     val_path: str | None = None

@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer import tasks
+from trainer import tiny_task
 from trainer.config import DataConfig
 
 # The instruction appended to each problem (verl's MATH recipe; the tiny model was warm-started with its own).
@@ -42,7 +42,7 @@ def load_examples(cfg: DataConfig, split: str) -> list[dict]:
     """The examples of `split` ('train' or the validation split) as dicts with at least 'problem' and 'answer'."""
     path = cfg.train_path if split == "train" else cfg.val_path
     if cfg.dataset == "tiny" and path is None:
-        return tasks.make_split(split if split in tasks.SPLITS else "test", seed=0)
+        return tiny_task.make_split(split if split in tiny_task.SPLITS else "test", seed=0)
     if path is None and (cfg.dataset, split) in DEFAULT_FILES:
         path = str(data_dir() / DEFAULT_FILES[(cfg.dataset, split)])
     if path is None:
@@ -51,7 +51,7 @@ def load_examples(cfg: DataConfig, split: str) -> list[dict]:
     file = Path(path)
     if not file.exists():
         raise DataError(f"{file} does not exist; run `orchestrate data prepare` (or fix data paths in the sweep)")
-    rows = tasks.read_jsonl(file)
+    rows = tiny_task.read_jsonl(file)
     bad = [i for i, r in enumerate(rows) if "problem" not in r or "answer" not in r]
     if not rows or bad:
         raise DataError(f"{file}: {len(bad)} of {len(rows)} rows lack 'problem'/'answer' (first: line {bad[0] + 1})"

@@ -5,7 +5,7 @@
 `tokenizer.json` without merges (one token per ASCII character) with a chat template `<|user|>...<|end|><|assistant|>`,
 and a `generation_config.json` that changes nothing at sampling time.
 
-The weights are warm-started by a seeded supervised phase on the synthetic task (`trainer/tasks.py`):
+The weights are warm-started by a seeded supervised phase on the synthetic task (`trainer/tiny_task.py`):
 chat-templated prompt -> `\\boxed{answer}<|end|>`, from a *noisy teacher* that gives a neighbouring wrong answer
 (answer +- 1) with probability `label_noise`. The model learns the arithmetic (greedy accuracy near 0.9) but, like a
 base model that knows more than it samples, puts about that much mass on wrong answers, so sampled accuracy at
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from trainer import tasks
+from trainer import tiny_task
 from trainer.rewards import tiny_reward
 
 BUILD_VERSION = 3  # bump when the recipe below changes what a given config builds
@@ -91,7 +91,7 @@ class TinyModelConfig:
 
     def key(self) -> str:
         """The cache key: a hash of everything that determines the built files."""
-        blob = json.dumps([BUILD_VERSION, tasks.TASK_VERSION, asdict(self)], sort_keys=True)
+        blob = json.dumps([BUILD_VERSION, tiny_task.TASK_VERSION, asdict(self)], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -180,7 +180,7 @@ class _SFTData:
 
     def __init__(self, config: TinyModelConfig, tokenizer):
         self.pad = tokenizer.pad_token_id
-        examples = tasks.make_split("train", seed=config.seed)
+        examples = tiny_task.make_split("train", seed=config.seed)
         self.prompts = [tokenizer(chat_prompt(tokenizer, ex["problem"], config.prompt_suffix))["input_ids"]
                         for ex in examples]
         # targets[i] = (the right answer, one below, one above)
@@ -273,7 +273,7 @@ def build_tiny_model(config: TinyModelConfig, out_dir: str | Path) -> dict:
                   "sft_seconds": round(time.monotonic() - start, 1), "first_loss": losses[0],
                   "final_loss": losses[-1], "accuracy": {}}
         for split in ("test", "ood") if config.eval_size else ():
-            examples = tasks.make_split(split, config.eval_size, seed=config.seed)
+            examples = tiny_task.make_split(split, config.eval_size, seed=config.seed)
             for mode in ("greedy", "sampled"):
                 acc = accuracy(model, tokenizer, examples, mode == "greedy", config.seed, config.prompt_suffix)
                 record["accuracy"][f"{split}/{mode}"] = acc

@@ -28,7 +28,7 @@ from trainer.progress import StepProgress, quiet_third_party
 from trainer.rollout import make_engine
 from trainer.sampler import BatchSampler, RolloutQueue
 from trainer.update import Batch, score_logprobs, update
-from trainer.validate import pass_at_1
+from trainer.val_pass_at_1 import pass_at_1
 
 CACHE = Path(__file__).resolve().parents[1] / ".cache"
 

@@ -37,7 +37,7 @@ def engine_and_model():
 
 def _prompts(tok, n):
     from trainer.data import prompt_text
-    from trainer.tasks import make_split
+    from trainer.tiny_task import make_split
 
     return [tok(prompt_text(tok, ex, "tiny", True), add_special_tokens=False)["input_ids"]
             for ex in make_split("test", n)]

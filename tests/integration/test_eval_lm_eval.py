@@ -78,7 +78,7 @@ def relabel_to_greedy_answers(run_dir: Path, data_dir: Path) -> None:
 
     from trainer.export import export_hf
     from trainer.rewards import last_boxed
-    from trainer.tasks import make_split, write_jsonl
+    from trainer.tiny_task import make_split, write_jsonl
 
     model_dir = export_hf(run_dir)
     model, tokenizer = AutoModelForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)

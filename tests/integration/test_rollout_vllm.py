@@ -48,7 +48,7 @@ def setup():
 
 def _prompts(tok, n: int) -> list[list[int]]:
     from trainer.data import prompt_text
-    from trainer.tasks import make_split
+    from trainer.tiny_task import make_split
 
     return [tok(prompt_text(tok, ex, "tiny", True), add_special_tokens=False)["input_ids"]
             for ex in make_split("test", n)]

@@ -12,7 +12,7 @@ import string
 import pytest
 import torch
 
-from trainer import tasks, tiny_model
+from trainer import tiny_model, tiny_task
 from trainer.tiny_model import (
     TinyModelConfig,
     accuracy,
@@ -77,7 +77,7 @@ def test_generation_config_filters_nothing(loaded):
 
 def test_generation_yields_a_boxed_answer(loaded):
     model, tokenizer = loaded
-    enc = tokenizer([chat_prompt(tokenizer, tasks.problem_text("12+30"))], return_tensors="pt")
+    enc = tokenizer([chat_prompt(tokenizer, tiny_task.problem_text("12+30"))], return_tensors="pt")
     torch.manual_seed(0)
     out = model.generate(**enc, max_new_tokens=16)  # the saved generation config: sampling at T=1
     text = tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
@@ -86,8 +86,8 @@ def test_generation_yields_a_boxed_answer(loaded):
 
 def test_warm_start_leaves_room_for_rl(loaded):
     model, tokenizer = loaded
-    test = tasks.make_split("test", 200, seed=0)
-    ood = tasks.make_split("ood", 200, seed=0)
+    test = tiny_task.make_split("test", 200, seed=0)
+    ood = tiny_task.make_split("ood", 200, seed=0)
     sampled = accuracy(model, tokenizer, test, greedy=False, seed=1)
     greedy = accuracy(model, tokenizer, test, greedy=True)
     ood_sampled = accuracy(model, tokenizer, ood, greedy=False, seed=1)

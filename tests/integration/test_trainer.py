@@ -143,11 +143,11 @@ def test_rl_raises_the_warm_starts_held_out_accuracy(tmp_path, engine):
     in-domain test split, measured with HF generate in both cases (the engine under test only made the rollouts)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer import tasks
+    from trainer import tiny_task
     from trainer.export import export_hf
     from trainer.tiny_model import accuracy, ensure_tiny_model
 
-    test = tasks.make_split("test", seed=0)
+    test = tiny_task.make_split("test", seed=0)
 
     def sampled_accuracy(path) -> float:
         model, tok = AutoModelForCausalLM.from_pretrained(str(path)), AutoTokenizer.from_pretrained(str(path))
@@ -174,7 +174,8 @@ def test_rollouts_run_without_zero3_hooks_and_restore_them():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainer import distributed
-    from trainer.rollout import HFEngine, Sampling
+    from trainer.rollout import Sampling
+    from trainer.rollout_hf import HFEngine
     from trainer.tiny_model import ensure_tiny_model
     from trainer.train import CACHE
 

@@ -15,7 +15,7 @@ from eval import backends, data, taskfiles
 from eval.answers import GRADERS
 from eval.mean_at_k import pass_at_k
 from tests.fixtures.eval_data import prepare_fixture_data
-from trainer.tasks import read_jsonl
+from trainer.tiny_task import read_jsonl
 
 K = 4
 GEN = backends.generation_kwargs("hf", 1.0, 1.0, 64, ["<|end|>"])
