@@ -1,4 +1,4 @@
-"""Launching a sweep and following it: what to submit, and what to do when a job ends. The decisions are pure.
+"""Following a launched sweep: what to do when a job ends. The decisions are pure; the Watcher acts on them.
 
 `decide(record, verdict, now)` reads one cell's ledger record (its attempts with the states Slurm reported) and
 returns at most one `Action`, with its reason:
@@ -11,43 +11,29 @@ returns at most one `Action`, with its reason:
   MaxRSS/ReqMem), a spent budget -> `give_up` with the reason; never resubmitted
 - an ended job Slurm may still requeue in place (NODE_FAIL, PREEMPTED) is given `grace_s` before acting.
 
-`triage(records)` says what a (re)launch submits: cells never submitted or whose intent never reached Slurm,
-evaluations missing after a completed training, and (with `retry_failed`) cells that ended unsuccessfully.
+What a (re)launch submits is the plan's (orchestrator/plan.py `triage`); submitting it is orchestrator/launch.py.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
 
 from orchestrator.jobs import PREEMPTED_EXIT
+from orchestrator.launch import refresh, settle_intents
 from orchestrator.ledger import (
     KINDS,
     LIVE,
     Ledger,
-    apply_rows,
     attempts,
     finish,
     latest,
-    new_record,
     note,
-    resolve,
-    to_poll,
-    unanswered,
-    unresolved,
-    vanish,
 )
-from orchestrator.plan import make_plan
 from orchestrator.slurm_query import SlurmError
 from orchestrator.submit import (
-    Options,
-    resources_params,
-    save_options,
-    snapshot_code,
     submit_jobs,
 )
-from orchestrator.sweep import Sweep
 from record.rundir import RunDir
 from trainer.collapse import read_verdict
 
@@ -151,152 +137,6 @@ def _after_failure(record: dict, job: dict, verdict: str | None, now: float, max
     why = "checkpointed on the warning signal, not requeued by Slurm" if preempted else RETRYABLE[state]
     return Action(key, "resubmit", f"{what}: {why}; submitted again as attempt {job['attempt'] + 1}"
                   f"{budget}, resuming from its latest checkpoint", kind=kind, cancel=cancel)
-
-
-@dataclass(frozen=True)
-class Triage:
-    train: tuple[str, ...]  # cells whose training (and its chained evaluation) goes out now
-    eval: tuple[str, ...]  # cells whose training completed and whose evaluation goes out now
-    kept: dict  # reason -> count of cells left as they are
-    reopened: tuple[str, ...] = ()  # final cells that --retry-failed submits again
-
-
-def triage(records: dict[str, dict], run_keys: list[str], retry_failed: bool = False) -> Triage:
-    """What a (re)launch submits for these cells, given their records (a missing record: never submitted).
-    Finished and live cells are kept; unsuccessful ones only with `retry_failed` (never a collapsed run)."""
-    train, evals, reopened, kept = [], [], [], {}
-
-    def keep(why: str) -> None:
-        kept[why] = kept.get(why, 0) + 1
-
-    for key in run_keys:
-        record = records.get(key)
-        t = latest(record, "train") if record else None
-        e = latest(record, "eval") if record else None
-        final = (record or {}).get("final")
-        if final and final["status"] == "completed":
-            keep("done")
-        elif final:
-            if retry_failed and final["status"] != "collapsed":
-                reopened.append(key)
-                (evals if t and t["state"] == "COMPLETED" else train).append(key)
-            else:
-                keep(final["status"])
-        elif t is None or t["state"] == "LOST":
-            train.append(key)
-        elif t["state"] in LIVE:
-            keep("training live")
-        elif t["state"] == "COMPLETED":
-            if e is None or e["state"] == "LOST":
-                evals.append(key)
-            elif e["state"] in LIVE or e["state"] == "COMPLETED":
-                keep("evaluation live or done")
-            elif retry_failed:
-                evals.append(key)
-            else:
-                keep(f"evaluation {e['state']}")
-        elif retry_failed:
-            train.append(key)
-        else:
-            keep(f"training {t['state']} (the watcher decides)")
-    return Triage(tuple(train), tuple(evals), kept, tuple(reopened))
-
-
-# --- launching and following (side effects through the ledger and a backend) ---------------------------------------
-
-@dataclass(frozen=True)
-class LaunchReport:
-    sweep_dir: Path
-    executor: str
-    code: Path | None
-    train: int  # cells whose training went out (or, local, was queued)
-    eval: int  # cells whose evaluation alone went out
-    sbatch: int  # submissions made (one per array)
-    kept: dict
-    resolved: int  # intents of an earlier, interrupted orchestrator settled by job name
-
-
-def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_failed: bool = False) -> LaunchReport:
-    """Submit what the sweep still needs (`triage`), idempotently: one sbatch per training array and one per
-    evaluation array. Holds the sweep's lock; settles an interrupted orchestrator's intents first."""
-    ledger, cells = Ledger(sweep_dir), {c.run_key: c for c in sweep.cells}
-    with ledger.lock("orchestrate sweep"):
-        records = ledger.records()
-        resolved = settle_intents(ledger, backend, records)
-        refresh(ledger, backend, records)
-        todo = triage(records, list(cells), retry_failed)
-        if not todo.train and not todo.eval:
-            return LaunchReport(sweep_dir, backend.kind, None, 0, 0, 0, todo.kept, resolved)
-        code, now = snapshot_code(sweep_dir), time.time()
-        save_options(sweep_dir, options)
-        params_eval = resources_params(sweep.profile, sweep.profile.eval)
-        for key in (*todo.train, *todo.eval):
-            cell = cells[key]
-            record = records.get(key) or new_record(sweep.name, key, cell.name, _axes(cell.axes), sweep_dir / key)
-            record.update(code=str(code), entries={"train": options.train_entry, "eval": options.eval_entry},
-                          params={"train": resources_params(sweep.profile, cell.resources), "eval": params_eval})
-            if key in todo.reopened:
-                record["final"] = None
-                ledger.clear_cancelled(key)
-            what = "evaluation" if key in todo.eval else "training and evaluation"
-            note(record, "submit", f"{what} submitted by orchestrate sweep"
-                 + (" --retry-failed" if key in todo.reopened else ""), now)
-            records[key] = record
-        sbatch = 0
-        if backend.kind == "slurm":
-            limit = min(sweep.profile.max_array_size, backend.array_limit())
-            sized = replace(sweep, profile=replace(sweep.profile, max_array_size=limit))
-            plan = make_plan(sized, skip=set(cells) - set(todo.train))
-            for group in plan.train:
-                submit_jobs(backend, ledger, [records[k] for k in group.run_keys], ("train", "eval"),
-                            plan.array_parallelism)
-                sbatch += 2
-            evals = [records[k] for k in todo.eval]
-            for start in range(0, len(evals), limit):
-                submit_jobs(backend, ledger, evals[start:start + limit], ("eval",), plan.array_parallelism)
-                sbatch += 1
-        else:
-            ledger.save_all(records[k] for k in (*todo.train, *todo.eval))  # the local follower starts them
-        return LaunchReport(sweep_dir, backend.kind, code, len(todo.train), len(todo.eval), sbatch, todo.kept,
-                            resolved)
-
-
-def _axes(axes: tuple) -> dict:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in axes}
-
-
-def settle_intents(ledger: Ledger, backend, records: dict[str, dict]) -> int:
-    """Find the jobs of intents an interrupted orchestrator left (by job name, live or ended); an intent with no
-    job is LOST and may be submitted again. Returns how many were settled."""
-    open_ = [(r, j) for r in records.values() for j in unresolved(r)]
-    if not open_:
-        return 0
-    found = backend.find(sorted({j["name"] for _, j in open_}), min(j["intent_at"] for _, j in open_))
-    for record, job in open_:
-        resolve(job, found.get(job["name"], []))
-        outcome = f"found job {job['job_id']}" if job["job_id"] else "no job has that name: it never reached Slurm"
-        note(record, "settle_intent", f"intent {job['name']} ({job['kind']}): {outcome}", time.time())
-    ledger.save_all({r["run_key"]: r for r, _ in open_}.values())
-    return len(open_)
-
-
-def refresh(ledger: Ledger, backend, records: dict[str, dict]) -> int:
-    """ONE sacct for every job of the sweep Slurm may still change; records updated and saved. Only when sacct
-    has long had no record of a live job, one squeue by job name settles it (still queued, or VANISHED).
-    Returns the number of queries made."""
-    ids = [j for r in records.values() for j in to_poll(r)]
-    if not ids:
-        return 0
-    rows, now = backend.rows(ids), time.time()
-    changed = {r["run_key"]: r for r in records.values() if apply_rows(r, rows)}
-    gone = [(r, j) for r in records.values() for j in unanswered(r, rows, now)]
-    if gone:
-        queued = backend.queued(sorted({j["name"] for _, j in gone}))
-        for record, job in gone:
-            vanish(job, queued.get(job["job_id"], []))
-            changed[record["run_key"]] = record
-    ledger.save_all(changed.values())
-    return 2 if gone else 1
 
 
 class Watcher:

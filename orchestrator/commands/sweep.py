@@ -15,11 +15,11 @@ from rich.table import Table
 
 from orchestrator.commands.validate import add_sweep_arguments, console, summary
 from orchestrator.commands.watch import add_watch_arguments, follow
+from orchestrator.launch import launch
 from orchestrator.plan import Plan, make_plan
 from orchestrator.rundirs import materialise
 from orchestrator.submit import Options, choose_executor, make_backend, render_sbatch
 from orchestrator.sweep import Sweep, load_sweep
-from orchestrator.watch import launch
 from record.errors import UserError
 from record.identity import format_value
 

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.launch import launch
 from orchestrator.ledger import Ledger, attempts, latest
 from orchestrator.plan import make_plan
 from orchestrator.rundirs import materialise
 from orchestrator.slurm_query import find_by_names
 from orchestrator.submit import Options, SlurmBackend
 from orchestrator.sweep import load_sweep
-from orchestrator.watch import Watcher, launch
+from orchestrator.watch import Watcher
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from orchestrator import ledger as L
 from orchestrator.jobs import PREEMPTED_EXIT
-from orchestrator.watch import REQUEUE_GRACE_S, decide, triage
+from orchestrator.plan import triage
+from orchestrator.watch import REQUEUE_GRACE_S, decide
 
 NOW = 10_000.0
 

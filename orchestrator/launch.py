@@ -1,0 +1,107 @@
+"""Launching a sweep: submit what the plan's triage says still needs submitting, after settling the intents an
+interrupted orchestrator left and applying Slurm's current states (one sacct). Side effects through the ledger and a
+backend (orchestrator/submit.py); the decisions are orchestrator/plan.py's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.ledger import Ledger, apply_rows, new_record, note, resolve, to_poll, unanswered, unresolved, vanish
+from orchestrator.plan import launch_plan, triage
+from orchestrator.submit import Options, resources_params, save_options, snapshot_code, submit_jobs
+from orchestrator.sweep import Sweep
+
+
+@dataclass(frozen=True)
+class LaunchReport:
+    sweep_dir: Path
+    executor: str
+    code: Path | None
+    train: int  # cells whose training went out (or, local, was queued)
+    eval: int  # cells whose evaluation alone went out
+    sbatch: int  # submissions made (one per array)
+    kept: dict
+    resolved: int  # intents of an earlier, interrupted orchestrator settled by job name
+
+
+def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_failed: bool = False) -> LaunchReport:
+    """Submit what the sweep still needs (`triage`), idempotently: one sbatch per training array and one per
+    evaluation array. Holds the sweep's lock; settles an interrupted orchestrator's intents first."""
+    ledger, cells = Ledger(sweep_dir), {c.run_key: c for c in sweep.cells}
+    with ledger.lock("orchestrate sweep"):
+        records = ledger.records()
+        resolved = settle_intents(ledger, backend, records)
+        refresh(ledger, backend, records)
+        todo = triage(records, list(cells), retry_failed)
+        if not todo.train and not todo.eval:
+            return LaunchReport(sweep_dir, backend.kind, None, 0, 0, 0, todo.kept, resolved)
+        code, now = snapshot_code(sweep_dir), time.time()
+        save_options(sweep_dir, options)
+        params_eval = resources_params(sweep.profile, sweep.profile.eval)
+        for key in (*todo.train, *todo.eval):
+            cell = cells[key]
+            record = records.get(key) or new_record(sweep.name, key, cell.name, _axes(cell.axes), sweep_dir / key)
+            record.update(code=str(code), entries={"train": options.train_entry, "eval": options.eval_entry},
+                          params={"train": resources_params(sweep.profile, cell.resources), "eval": params_eval})
+            if key in todo.reopened:
+                record["final"] = None
+                ledger.clear_cancelled(key)
+            what = "evaluation" if key in todo.eval else "training and evaluation"
+            note(record, "submit", f"{what} submitted by orchestrate sweep"
+                 + (" --retry-failed" if key in todo.reopened else ""), now)
+            records[key] = record
+        sbatch = 0
+        if backend.kind == "slurm":
+            plan = launch_plan(sweep, todo, backend.array_limit())
+            for group in plan.train:  # the training array and the evaluation array chained on it
+                submit_jobs(backend, ledger, [records[k] for k in group.run_keys], ("train", "eval"),
+                            plan.array_parallelism)
+                sbatch += 2
+            for group in (g for g in plan.eval if g.after is None):
+                submit_jobs(backend, ledger, [records[k] for k in group.run_keys], ("eval",), plan.array_parallelism)
+                sbatch += 1
+        else:
+            ledger.save_all(records[k] for k in (*todo.train, *todo.eval))  # the local follower starts them
+        return LaunchReport(sweep_dir, backend.kind, code, len(todo.train), len(todo.eval), sbatch, todo.kept,
+                            resolved)
+
+
+def _axes(axes: tuple) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in axes}
+
+
+def settle_intents(ledger: Ledger, backend, records: dict[str, dict]) -> int:
+    """Find the jobs of intents an interrupted orchestrator left (by job name, live or ended); an intent with no
+    job is LOST and may be submitted again. Returns how many were settled."""
+    open_ = [(r, j) for r in records.values() for j in unresolved(r)]
+    if not open_:
+        return 0
+    found = backend.find(sorted({j["name"] for _, j in open_}), min(j["intent_at"] for _, j in open_))
+    for record, job in open_:
+        resolve(job, found.get(job["name"], []))
+        outcome = f"found job {job['job_id']}" if job["job_id"] else "no job has that name: it never reached Slurm"
+        note(record, "settle_intent", f"intent {job['name']} ({job['kind']}): {outcome}", time.time())
+    ledger.save_all({r["run_key"]: r for r, _ in open_}.values())
+    return len(open_)
+
+
+def refresh(ledger: Ledger, backend, records: dict[str, dict]) -> int:
+    """ONE sacct for every job of the sweep Slurm may still change; records updated and saved. Only when sacct
+    has long had no record of a live job, one squeue by job name settles it (still queued, or VANISHED).
+    Returns the number of queries made."""
+    ids = [j for r in records.values() for j in to_poll(r)]
+    if not ids:
+        return 0
+    rows, now = backend.rows(ids), time.time()
+    changed = {r["run_key"]: r for r in records.values() if apply_rows(r, rows)}
+    gone = [(r, j) for r in records.values() for j in unanswered(r, rows, now)]
+    if gone:
+        queued = backend.queued(sorted({j["name"] for _, j in gone}))
+        for record, job in gone:
+            vanish(job, queued.get(job["job_id"], []))
+            changed[record["run_key"]] = record
+    ledger.save_all(changed.values())
+    return 2 if gone else 1
