@@ -99,7 +99,8 @@ def log_to_run(target, cfg, tasks, per_seed, settings, step, home: RunDir, files
                model_dir) -> str | None:
     """Means over seeds into the MLflow run of `target` (reopened by run_key), the files as artifacts, then the
     markers. The tracker buffers in the run dir while the store is unreachable, so nothing is lost."""
-    from record.tracker import CLOSE_STATUSES, MlflowTracker, default_tracking_uri
+    from record.tracker import MlflowTracker, default_tracking_uri
+    from record.tracker_keys import CLOSE_STATUSES
 
     root = home.eval_step(step)
     uri = tracking_uri or (cfg.tracking.tracking_uri if cfg else "") or default_tracking_uri()

@@ -9,9 +9,9 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from record.tracker import CLOSE_STATUSES, read_run_file
+from record.tracker import read_run_file
 from record.tracker_buffer import is_transient
-from record.tracker_keys import check_keys, metric_points
+from record.tracker_keys import check_close_status, check_keys, metric_points
 
 
 def close_sweep_parent(run_dirs: Iterable[Path], status: str, tags: Mapping[str, str] | None = None,
@@ -20,8 +20,7 @@ def close_sweep_parent(run_dirs: Iterable[Path], status: str, tags: Mapping[str,
     sweep's parent run, then mark it terminated with `status`; the parent is found through the first cell that
     opened its run. Returns what was done, for the person watching; an unreachable store is reported, not
     raised: the parent is a summary, and the next `orchestrate watch` of the settled sweep tries again."""
-    if status not in CLOSE_STATUSES:
-        raise ValueError(f"status {status!r}; valid: {', '.join(CLOSE_STATUSES)}")
+    check_close_status(status)
     for run_dir in run_dirs:
         info = read_run_file(Path(run_dir))
         if info.get("parent_run_id"):

@@ -103,3 +103,17 @@ def eval_metric_keys(task: str, k: int) -> dict[str, str]:
         keys.update({"pass_at_n": metric_key(EVAL_PASS_AT_K, task=task, k=k),
                      "maj_at_n": metric_key(EVAL_MAJ_AT_K, task=task, k=k)})
     return keys
+
+
+# A training step's own metrics by their short name (trainer/update.py and trainer/objective.py say `kl_k1`,
+# `grad_norm`, ...): one namespace each, so the short name finds the one key.
+_STEP_KEYS = {key.split("/", 1)[1]: key for key in METRICS
+              if key.split("/", 1)[0] in ("train", "perf") and not _PLACEHOLDER.search(key)}
+
+
+def step_key(name: str) -> str:
+    """step_key("kl_k1") -> 'train/kl_k1'; KeyError for a metric not in the registry (add it here and to
+    docs/metrics.md)."""
+    if name not in _STEP_KEYS:
+        raise KeyError(f"unknown step metric {name!r}; add it to record/keys.py METRICS and docs/metrics.md")
+    return _STEP_KEYS[name]

@@ -35,7 +35,13 @@ from typing import TYPE_CHECKING, Any
 
 from record.rundir import RunDir, atomic_write
 from record.tracker_buffer import _BATCH, OfflineBuffer, is_transient
-from record.tracker_keys import check_keys, check_run_key, flatten_params, metric_points
+from record.tracker_keys import (
+    check_close_status,
+    check_keys,
+    check_run_key,
+    flatten_params,
+    metric_points,
+)
 from record.tracker_ui import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
@@ -50,7 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RUN_KEY_TAG, SWEEP_ID_TAG, PARENT_TAG = "run_key", "sweep_id", "mlflow.parentRunId"
-CLOSE_STATUSES = ("FINISHED", "FAILED", "KILLED")
 
 
 def default_tracking_uri() -> str:
@@ -155,8 +160,7 @@ class MlflowTracker:
     def close(self, status: str = "FINISHED") -> None:
         """Flush, then mark the run terminated. Unreachable store: a warning, and the buffer waits for the
         next `open_run` of this run_key."""
-        if status not in CLOSE_STATUSES:
-            raise ValueError(f"status {status!r}; valid: {', '.join(CLOSE_STATUSES)}")
+        check_close_status(status)
         if self._args is None:
             return
         if self.flush():

@@ -12,6 +12,14 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+CLOSE_STATUSES = ("FINISHED", "FAILED", "KILLED")  # what a run may be closed with
+
+
+def check_close_status(status: str) -> None:
+    """ValueError naming the valid statuses: a run closed with anything else would read RUNNING forever."""
+    if status not in CLOSE_STATUSES:
+        raise ValueError(f"status {status!r}; valid: {', '.join(CLOSE_STATUSES)}")
+
 
 class TrackingKeyError(ValueError):
     """Keys MLflow would refuse; `problems` holds one line per bad key, each with its fix."""

@@ -9,8 +9,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from record.tracker import CLOSE_STATUSES, RUN_KEY_TAG, SWEEP_ID_TAG
-from record.tracker_keys import check_keys, check_run_key, flatten_params, metric_points
+from record.tracker import RUN_KEY_TAG, SWEEP_ID_TAG
+from record.tracker_keys import check_close_status, check_keys, check_run_key, flatten_params, metric_points
 
 
 class Tracker(Protocol):
@@ -75,6 +75,5 @@ class NullTracker:
         return True
 
     def close(self, status="FINISHED"):
-        if status not in CLOSE_STATUSES:
-            raise ValueError(f"status {status!r}; valid: {', '.join(CLOSE_STATUSES)}")
+        check_close_status(status)
         self.status = status

@@ -14,7 +14,9 @@ import sys
 import time
 import warnings
 
-REWARD, KL, STEP_TIME = "train/reward_mean", "train/kl_k1", "perf/step_time_s"
+from record.keys import PERF_STEP_TIME_S, TRAIN_KL_K1, TRAIN_REWARD_MEAN
+
+REWARD, KL, STEP_TIME = TRAIN_REWARD_MEAN, TRAIN_KL_K1, PERF_STEP_TIME_S
 
 
 def quiet_third_party() -> None:

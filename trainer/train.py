@@ -18,6 +18,18 @@ from pathlib import Path
 
 import torch
 
+from record.keys import (
+    ASYNC_LAG,
+    PERF_STEP_TIME_S,
+    PERF_TOKENS_PER_S,
+    PERF_WEIGHT_SYNC_S,
+    TRAIN_ACCURACY,
+    TRAIN_RESPONSE_LENGTH,
+    TRAIN_REWARD_MEAN,
+    TRAIN_TRUNCATION_RATE,
+    VAL_PASS_AT_1,
+    step_key,
+)
 from record.rundir import RunDir, atomic_write
 from trainer import checkpoint, distributed
 from trainer.config import RunConfig
@@ -149,7 +161,99 @@ def train(cfg: RunConfig, ctx: RunContext) -> dict:
         distributed.teardown()
 
 
+@dataclass
+class _Run:
+    """Everything one training run holds between steps (built by `_setup`, restored from the last checkpoint)."""
+
+    dir: RunDir
+    engine: object  # the policy under DeepSpeed ZeRO-3
+    reference: torch.nn.Module
+    tokenizer: object
+    rollout: object  # trainer/rollout.py RolloutEngine
+    sampler: BatchSampler
+    queue: RolloutQueue
+    monitor: object  # trainer/collapse.py CollapseMonitor
+    tracker: object
+    logged: _LoggedSteps
+    val_examples: list
+    micro_groups: int
+    start_step: int
+
+
 def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
+    """The loop: one screen. What a step computes is `_step` below, the math in trainer/objective.py."""
+    run = _setup(cfg, ctx, dist)
+    preempt, last, status = Preemption(), {}, "FINISHED"
+    progress = StepProgress(run.start_step, cfg.optim.steps, enabled=dist.is_main)
+    run.rollout.sync_weights(run.engine.module)  # the restored checkpoint's weights (vLLM started from the base)
+    try:
+        for step in range(run.start_step, cfg.optim.steps):
+            metrics = _step(cfg, run, step, dist)                       # rollout -> reward -> KL/advantage/loss
+            if cfg.data.val_every and (step + 1) % cfg.data.val_every == 0:
+                metrics[VAL_PASS_AT_1] = pass_at_1(run.rollout, run.tokenizer, run.val_examples, cfg,
+                                                   run.sampler.grade, dist, step)
+            last = _log(run, metrics, step + 1, dist.is_main)             # MLflow, once per step
+            progress(step + 1, last)
+            run.monitor.update(step + 1, last)                             # collapse verdict
+            if dist.is_main:
+                run.monitor.write(run.dir.verdict)
+            stop, preempted = run.monitor.should_stop(), preempt.agreed(dist.device)
+            if step + 1 == cfg.optim.steps or stop or preempted or (step + 1) % cfg.checkpoint.every == 0:
+                state = {"run_key": ctx.run_key, "collapse": run.monitor.state()}
+                checkpoint.save(run.engine, run.dir, step + 1, state, dist.rank, cfg.checkpoint.keep_last,
+                                extra={f"queue_rank{dist.rank}.pt": run.queue.state()})
+            if preempted:
+                status = "KILLED"
+                run.tracker.close(status)
+                requeue_self()
+                return {"metrics": last, "verdict": run.monitor.verdict_dict(), "preempted": True}
+            if stop:
+                break
+        if dist.is_main:
+            run.tracker.set_tags(run.monitor.tags())
+    except BaseException:
+        status = "FAILED"
+        raise
+    finally:
+        progress.close()
+        preempt.restore()
+        run.rollout.close()
+        if status != "KILLED":
+            run.tracker.close(status)
+    return {"metrics": last, "verdict": run.monitor.verdict_dict(), "preempted": False}
+
+
+def _step(cfg: RunConfig, run: _Run, step: int, dist) -> dict[str, float]:
+    """One step of the recipe; returns its metrics under their registered keys (record/keys.py).
+
+    rollout + reward   G responses per prompt, graded by the verifiable reward (trainer/sampler.py); with
+                       async_level > 0, sampled up to that many steps ago by an older policy (the queue)
+    reference          log pi_ref of every sampled token: the KL's other side (trainer/update.py)
+    KL, advantage,     per micro-batch `rl_loss` (trainer/objective.py): kl_terms (kl.py) -> the KL-shaped reward
+    loss, update       -> advantages and the policy-gradient loss (advantages.py) + the KL loss term -> backward
+                       -> the ZeRO-3 optimizer step (trainer/update.py)
+    weight sync        the rollout engine samples the next step with the updated weights
+    """
+    t0 = time.perf_counter()
+    sampled = run.queue.next(step, lambda s, v=step: run.sampler.sample(s, version=v, model=run.engine.module))
+    micro = run.micro_groups * cfg.algorithm.group_size
+    ref_logp = score_logprobs(run.reference, sampled.prompt_ids, sampled.response_ids,
+                              run.tokenizer.pad_token_id, micro, cfg.rollout.temperature)
+    batch = Batch(sampled.prompt_ids, sampled.response_ids, sampled.rewards_tensor(), sampled.behavior_tensor(),
+                  ref_logp, run.tokenizer.pad_token_id)
+    updated = update(run.engine, batch, cfg.kl, cfg.algorithm, cfg.optim.updates_per_batch, run.micro_groups,
+                     cfg.rollout.temperature, dist.device)
+    t_sync = time.perf_counter()
+    run.rollout.sync_weights(run.engine.module)  # validation and the next batches sample version step + 1
+    done = time.perf_counter()
+    rollout, tokens = _rollout_metrics(sampled, dist.device)
+    return {**{step_key(name): value for name, value in updated.items()}, **rollout,
+            PERF_WEIGHT_SYNC_S: done - t_sync, ASYNC_LAG: step - sampled.version,
+            PERF_STEP_TIME_S: done - t0, PERF_TOKENS_PER_S: tokens / (done - t0)}
+
+
+def _setup(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> _Run:
+    """Build the engines, data and trackers of a run and restore its latest checkpoint (if any)."""
     from trainer.collapse import CollapseConfig, CollapseMonitor
 
     quiet_third_party()
@@ -162,10 +266,11 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
     micro_groups = max(1, min(ctx.micro_groups, per_mini))
     micro_batches = -(-per_mini // micro_groups)
 
-    ctx.run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = RunDir(ctx.run_dir)
+    run_dir.path.mkdir(parents=True, exist_ok=True)
     manifest = objective_manifest(cfg)
     if dist.is_main:
-        atomic_write(RunDir(ctx.run_dir).objective, json.dumps(manifest, indent=1))
+        atomic_write(run_dir.objective, json.dumps(manifest, indent=1))
     path = resolve_model_path(cfg)
     engine, reference, tokenizer = build_engine(cfg, path, dist, micro_batches)
     val_examples = load_examples(cfg.data, cfg.data.val_split) if cfg.data.val_every else []
@@ -175,70 +280,12 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
                            micro_groups * G)
     queue = RolloutQueue(cfg.rollout.async_level)
     monitor = CollapseMonitor(CollapseConfig.from_dict(cfg.collapse))
-    run = RunDir(ctx.run_dir)
-    state = checkpoint.restore(engine, run, dist.rank) or {"step": 0}
+    state = checkpoint.restore(engine, run_dir, dist.rank) or {"step": 0}
     monitor.load(state.get("collapse", {}))
-    queue.load(checkpoint.load_extra(run, f"queue_rank{dist.rank}.pt") or [])
+    queue.load(checkpoint.load_extra(run_dir, f"queue_rank{dist.rank}.pt") or [])
     tracker = _open_tracker(cfg, ctx, dist, manifest)
-    logged = _LoggedSteps(run)
-    preempt, last, status = Preemption(), {}, "FINISHED"
-    progress = StepProgress(state["step"], cfg.optim.steps, enabled=dist.is_main)
-    rollout.sync_weights(engine.module)  # the restored checkpoint's weights (vLLM started from the base model)
-    try:
-        for step in range(state["step"], cfg.optim.steps):
-            t0 = time.perf_counter()
-            sampled = queue.next(step, lambda s, v=step: sampler.sample(s, version=v, model=engine.module))
-            m = _train_step(cfg, engine, reference, tokenizer, sampled, micro_groups, dist)
-            t_sync = time.perf_counter()
-            rollout.sync_weights(engine.module)  # validation and the next batches sample version step + 1
-            m["weight_sync_s"] = time.perf_counter() - t_sync
-            m["lag"] = step - sampled.version
-            m["step_time_s"] = time.perf_counter() - t0
-            m["tokens_per_s"] = m.pop("_tokens_total") / m["step_time_s"]
-            if cfg.data.val_every and (step + 1) % cfg.data.val_every == 0:
-                m["val_pass_at_1"] = pass_at_1(rollout, tokenizer, val_examples, cfg, sampler.grade, dist, step)
-            last = _log(tracker, logged, m, step + 1, dist.is_main)
-            progress(step + 1, last)
-            monitor.update(step + 1, last)
-            if dist.is_main:
-                monitor.write(run.verdict)
-            stop, preempted = monitor.should_stop(), preempt.agreed(dist.device)
-            if step + 1 == cfg.optim.steps or stop or preempted or (step + 1) % cfg.checkpoint.every == 0:
-                checkpoint.save(engine, run, step + 1, {"run_key": ctx.run_key, "collapse": monitor.state()},
-                                dist.rank, cfg.checkpoint.keep_last,
-                                extra={f"queue_rank{dist.rank}.pt": queue.state()})
-            if preempted:
-                status = "KILLED"
-                tracker.close(status)
-                requeue_self()
-                return {"metrics": last, "verdict": monitor.verdict_dict(), "preempted": True}
-            if stop:
-                break
-        if dist.is_main:
-            tracker.set_tags(monitor.tags())
-    except BaseException:
-        status = "FAILED"
-        raise
-    finally:
-        progress.close()
-        preempt.restore()
-        rollout.close()
-        if status != "KILLED":
-            tracker.close(status)
-    return {"metrics": last, "verdict": monitor.verdict_dict(), "preempted": False}
-
-
-def _train_step(cfg: RunConfig, engine, reference, tokenizer, sampled, micro_groups: int, dist) -> dict:
-    """Reference log-probs, then every policy update of this batch; returns the step's metrics."""
-    micro = micro_groups * cfg.algorithm.group_size
-    ref_logp = score_logprobs(reference, sampled.prompt_ids, sampled.response_ids, tokenizer.pad_token_id, micro,
-                              cfg.rollout.temperature)
-    batch = Batch(sampled.prompt_ids, sampled.response_ids, sampled.rewards_tensor(), sampled.behavior_tensor(),
-                  ref_logp, tokenizer.pad_token_id)
-    m = update(engine, batch, cfg.kl, cfg.algorithm, cfg.optim.updates_per_batch, micro_groups,
-               cfg.rollout.temperature, dist.device)
-    m.update(_rollout_metrics(sampled, dist.device))
-    return m
+    return _Run(run_dir, engine, reference, tokenizer, rollout, sampler, queue, monitor, tracker,
+                _LoggedSteps(run_dir), val_examples, micro_groups, state["step"])
 
 
 class _LoggedSteps:
@@ -256,27 +303,20 @@ class _LoggedSteps:
         atomic_write(self.path, str(step))
 
 
-def _rollout_metrics(sampled, device) -> dict[str, float]:
+def _rollout_metrics(sampled, device) -> tuple[dict[str, float], float]:
+    """The batch's reward, accuracy, length and truncation over every rank; and its generated token count."""
     n = len(sampled.response_ids)
     lengths = sum(len(r) for r in sampled.response_ids)
     rewards = torch.tensor(sampled.rewards)
     tot = distributed.all_reduce_sum([float(rewards.sum()), float((rewards >= 1.0).sum()), float(lengths),
                                       float(sum(sampled.truncated)), n], device)
-    return {"reward_mean": tot[0] / tot[4], "accuracy": tot[1] / tot[4], "response_length": tot[2] / tot[4],
-            "truncation_rate": tot[3] / tot[4], "_tokens_total": tot[2]}
+    return {TRAIN_REWARD_MEAN: tot[0] / tot[4], TRAIN_ACCURACY: tot[1] / tot[4],
+            TRAIN_RESPONSE_LENGTH: tot[2] / tot[4], TRAIN_TRUNCATION_RATE: tot[3] / tot[4]}, tot[2]
 
 
-def _log(tracker, logged: _LoggedSteps, m: dict, step: int, is_main: bool) -> dict:
-    """Namespace (keys listed in record/keys.py; no '@', MLflow refuses it) and log, once per step."""
-    out = {}
-    for k, v in m.items():
-        if k == "val_pass_at_1":
-            out["val/pass_at_1"] = v
-        elif k == "lag":
-            out["async/lag"] = v
-        else:
-            out[("perf/" if k in ("step_time_s", "tokens_per_s", "weight_sync_s") else "train/") + k] = v
-    if is_main and step > logged.last:
-        tracker.log_metrics(out, step)
-        logged.mark(step, out)
-    return out
+def _log(run: _Run, metrics: dict[str, float], step: int, is_main: bool) -> dict[str, float]:
+    """Log the step's metrics once: a step re-trained after a resume from an older checkpoint is not sent again."""
+    if is_main and step > run.logged.last:
+        run.tracker.log_metrics(metrics, step)
+        run.logged.mark(step, metrics)
+    return metrics
