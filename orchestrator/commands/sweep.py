@@ -13,7 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.rule import Rule
 from rich.table import Table
 
-from orchestrator.commands.validate import add_sweep_arguments, console, summary
+from orchestrator.commands.console import console
+from orchestrator.commands.validate import add_sweep_arguments, summary
 from orchestrator.commands.watch import add_watch_arguments, follow
 from orchestrator.launch import launch
 from orchestrator.plan import Plan, make_plan

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
-from rich.console import Console
-
+from orchestrator.commands.console import console
 from orchestrator.plan import Plan, make_plan
 from orchestrator.sweep import Sweep, load_sweep
 from record.identity import format_value
@@ -44,12 +42,6 @@ def run(args: argparse.Namespace) -> int:
     for line in summary(sweep, make_plan(sweep)):
         out.print(f"  {line}", soft_wrap=True)
     return 0
-
-
-def console() -> Console:
-    """Rich output without markup (values like [countdown] print as they are); 240 columns when not a
-    terminal, so logs and tests get whole table rows."""
-    return Console(highlight=False, markup=False, width=None if sys.stdout.isatty() else 240)
 
 
 def summary(sweep: Sweep, plan: Plan) -> list[str]:
