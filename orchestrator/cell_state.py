@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator import results
-from orchestrator.ledger import Ledger, apply_rows, to_poll
+from orchestrator.ledger import Ledger, apply_slurm_states
 from orchestrator.slurm_query import SlurmError, available, sacct
 from record.errors import UserError
 from record.rundir import RunDir, read_json
@@ -20,14 +20,12 @@ def current_records(sweep_dir: Path) -> dict[str, dict]:
     if not ledger.exists():
         raise UserError(f"{sweep_dir}: nothing submitted yet (no ledger); run `orchestrate sweep` first")
     records = ledger.records()
-    ids = [j for r in records.values() for j in to_poll(r) if _is_slurm(r)]
-    if ids and available():
+    on_slurm = {key: r for key, r in records.items() if _is_slurm(r)}
+    if on_slurm and available():
         try:
-            rows = sacct(ids)
+            apply_slurm_states(on_slurm, sacct)
         except SlurmError as err:
             raise UserError(f"cannot read job states: {err}") from None
-        for record in records.values():
-            apply_rows(record, rows)
     return records
 
 

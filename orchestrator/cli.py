@@ -18,21 +18,24 @@ from record.errors import ConfigError, UserError
 from trainer.vllm_support import VLLMUnavailable
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser; with `command` (a module of orchestrator/commands), only that one's: the other
+    commands' imports (Hydra for the sweep loader, torch for training) stay out of a login node's `status`."""
     parser = argparse.ArgumentParser(
         prog="orchestrate",
         description="Sweeps of KL-regularized RL fine-tuning on Slurm (A Comedy of Estimators, arXiv 2512.21852).",
         epilog="Example: orchestrate synthetic --lengths 2,4,8 --json toy.json",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        importlib.import_module(f"{commands.__name__}.{info.name}").register(sub)
+    names = sorted(info.name for info in pkgutil.iter_modules(commands.__path__))
+    for name in [command] if command in names else names:
+        importlib.import_module(f"{commands.__name__}.{name}").register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = _attach_negative_values(sys.argv[1:] if argv is None else list(argv))
+    parser = build_parser(argv[0] if argv else None)
     # Overrides may come after options (orchestrate sweep x.yaml --dry-run kl.beta=0.1): argparse stops
     # collecting a positional list at the first option, so the leftovers are handed back to `overrides`.
     args, extra = parser.parse_known_args(argv)

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.ledger import Ledger, apply_rows, new_record, note, resolve, to_poll, unanswered, unresolved, vanish
+from orchestrator.ledger import Ledger, apply_slurm_states, new_record, note, resolve, unresolved
 from orchestrator.plan import launch_plan, triage
 from orchestrator.submit import Options, resources_params, save_options, snapshot_code, submit_jobs
 from orchestrator.sweep import Sweep
@@ -92,16 +92,6 @@ def refresh(ledger: Ledger, backend, records: dict[str, dict]) -> int:
     """ONE sacct for every job of the sweep Slurm may still change; records updated and saved. Only when sacct
     has long had no record of a live job, one squeue by job name settles it (still queued, or VANISHED).
     Returns the number of queries made."""
-    ids = [j for r in records.values() for j in to_poll(r)]
-    if not ids:
-        return 0
-    rows, now = backend.rows(ids), time.time()
-    changed = {r["run_key"]: r for r in records.values() if apply_rows(r, rows)}
-    gone = [(r, j) for r in records.values() for j in unanswered(r, rows, now)]
-    if gone:
-        queued = backend.queued(sorted({j["name"] for _, j in gone}))
-        for record, job in gone:
-            vanish(job, queued.get(job["job_id"], []))
-            changed[record["run_key"]] = record
-    ledger.save_all(changed.values())
-    return 2 if gone else 1
+    changed, queries = apply_slurm_states(records, backend.rows, backend.queued, time.time())
+    ledger.save_all(changed)
+    return queries

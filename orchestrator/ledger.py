@@ -199,6 +199,24 @@ def cell_status(record: dict) -> str:
 
 # --- the files ---------------------------------------------------------------------------------------------------
 
+def apply_slurm_states(records: dict[str, dict], rows_of, queued_of=None, now: float = 0.0) -> tuple[list, int]:
+    """Slurm's current states applied to the records in memory: ONE `rows_of` (sacct) for every job Slurm may still
+    change; with `queued_of`, and only when sacct has long had no record of a live job, one squeue by job name
+    settles it (still queued, or VANISHED). Returns the changed records and the number of queries made."""
+    ids = [j for r in records.values() for j in to_poll(r)]
+    if not ids:
+        return [], 0
+    rows = rows_of(ids)
+    changed = {r["run_key"]: r for r in records.values() if apply_rows(r, rows)}
+    gone = [(r, j) for r in records.values() for j in unanswered(r, rows, now)] if queued_of else []
+    if gone:
+        queued = queued_of(sorted({j["name"] for _, j in gone}))
+        for record, job in gone:
+            vanish(job, queued.get(job["job_id"], []))
+            changed[record["run_key"]] = record
+    return list(changed.values()), 2 if gone else 1
+
+
 class Ledger:
     """The records of one sweep directory."""
 

@@ -7,8 +7,8 @@ import os
 import signal
 import time
 
-from orchestrator.commands.console import console
 from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
+from orchestrator.console import console
 from orchestrator.ledger import KINDS, LIVE, Ledger, latest
 from orchestrator.slurm_query import SlurmError, scancel
 from record.errors import UserError

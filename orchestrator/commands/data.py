@@ -44,7 +44,7 @@ def prepare(args) -> int:
     from eval.data import default_data_dir
     from eval.prepare import PrepareError
     from eval.prepare import prepare as run_prepare
-    from orchestrator.commands.console import console
+    from orchestrator.console import console
 
     out, console_ = args.out or default_data_dir(), console()
     if min(args.countdown_train, args.countdown_heldout) < 1:
@@ -63,7 +63,7 @@ def prepare(args) -> int:
 
 def check(args) -> int:
     from eval.data import check as run_check
-    from orchestrator.commands.console import console
+    from orchestrator.console import console
 
     problems = run_check(args.dir)
     if problems:

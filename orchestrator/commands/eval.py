@@ -46,7 +46,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from eval.run import evaluate
-    from orchestrator.commands.console import console
+    from orchestrator.console import console
 
     out = console()
     summary = evaluate(args.target, tasks=args.tasks, step=args.step, force=args.force, limit=args.limit, k=args.k,

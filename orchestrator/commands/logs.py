@@ -6,7 +6,7 @@ import argparse
 from collections import deque
 from pathlib import Path
 
-from orchestrator.commands.console import console
+from orchestrator.console import console
 from orchestrator.ledger import KINDS, latest
 from record.errors import UserError
 

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from orchestrator import results
 from orchestrator.cell_state import current_records, rows
-from orchestrator.commands.console import console
+from orchestrator.console import console
 from orchestrator.sweep_run import links
 from record.errors import UserError
 from record.identity import format_value

@@ -13,9 +13,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.rule import Rule
 from rich.table import Table
 
-from orchestrator.commands.console import console
 from orchestrator.commands.validate import add_sweep_arguments, summary
 from orchestrator.commands.watch import add_watch_arguments, follow
+from orchestrator.console import console
 from orchestrator.launch import launch
 from orchestrator.plan import Plan, make_plan
 from orchestrator.rundirs import materialise

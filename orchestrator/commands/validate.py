@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from orchestrator.commands.console import console
+from orchestrator.console import console
 from orchestrator.plan import Plan, make_plan
 from orchestrator.sweep import Sweep, load_sweep
 from record.identity import format_value

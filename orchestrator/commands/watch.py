@@ -9,8 +9,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from orchestrator.commands.console import console
 from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
+from orchestrator.console import console
 from orchestrator.ledger import Ledger, cell_status
 from orchestrator.slurm_query import available
 from orchestrator.submit import load_options, make_backend
