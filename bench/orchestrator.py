@@ -32,8 +32,8 @@ sys.path.insert(0, str(REPO))
 
 from orchestrator.launch import launch  # noqa: E402
 from orchestrator.ledger import Ledger  # noqa: E402
+from orchestrator.manifest import materialise  # noqa: E402
 from orchestrator.plan import make_plan  # noqa: E402
-from orchestrator.rundirs import materialise  # noqa: E402
 from orchestrator.submit import Options, SlurmBackend  # noqa: E402
 from orchestrator.sweep import load_sweep  # noqa: E402
 from orchestrator.watch import Watcher  # noqa: E402

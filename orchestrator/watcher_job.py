@@ -11,7 +11,7 @@ from pathlib import Path
 
 from orchestrator.ledger import Ledger
 from orchestrator.submit import SlurmBackend, load_options, submit_watcher
-from orchestrator.sweep_run import close_parent
+from orchestrator.sweep_tracking import close_parent
 from orchestrator.watch import Watcher, settled
 from record.errors import UserError
 from record.rundir import atomic_write

@@ -11,7 +11,7 @@ Contract
 - Keys are checked before anything is sent or buffered (record/tracker_keys.py): MLflow refuses `@`
   (`val/pass@1`) among others.
 - The sweep's parent run is RUNNING while any of its cells' jobs has it open; the watcher marks it FINISHED
-  (or FAILED) once every cell is final (`tracking_sweep.close_sweep_parent`), through the `mlflow_run.json` that each
+  (or FAILED) once every cell is final (`sweep_tracking.close_sweep_parent`), through the `mlflow_run.json` that each
   opened cell leaves in its run directory.
 - Runs are named for people: a cell by its cell name (`k3-loss-s0`, as `orchestrate status` shows it), the
   sweep's parent `sweep-<name>`; the run_key stays the identity, as a tag.

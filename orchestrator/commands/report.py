@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 def read_histories(records: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
     """Each cell's curves, {run_key: {metric: [(step, value)]}}, and notes on where they came from: MLflow for
     the cells that opened a run there, else (no run, or the store unreachable) the run directory."""
-    from orchestrator.tracking_sweep import metric_histories
+    from orchestrator.sweep_tracking import metric_histories
     from record.tracker import read_run_file
 
     by_uri: dict[str, dict[str, str]] = {}

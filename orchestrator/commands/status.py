@@ -14,7 +14,7 @@ from rich.table import Table
 from orchestrator import results
 from orchestrator.cell_state import current_records, rows
 from orchestrator.console import console
-from orchestrator.sweep_run import links
+from orchestrator.sweep_tracking import links
 from record.errors import UserError
 from record.identity import format_value
 
@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.watch:
         out.print(render(sweep_dir, out.width))
-        for line in links(current_records(sweep_dir)):  # where to browse the runs (orchestrator/sweep_run.py)
+        for line in links(current_records(sweep_dir)):  # where to browse the runs (orchestrator/sweep_tracking.py)
             out.print(line, soft_wrap=True, highlight=False)  # a link split over lines no longer opens
         return 0
     with Live(render(sweep_dir, out.width), console=out, auto_refresh=False) as live:

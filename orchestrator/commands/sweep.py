@@ -17,8 +17,8 @@ from orchestrator.commands.validate import add_sweep_arguments, summary
 from orchestrator.commands.watch import add_watch_arguments, follow
 from orchestrator.console import console
 from orchestrator.launch import launch
+from orchestrator.manifest import materialise
 from orchestrator.plan import Plan, make_plan
-from orchestrator.rundirs import materialise
 from orchestrator.submit import Options, choose_executor, make_backend, render_sbatch
 from orchestrator.sweep import Sweep, load_sweep
 from record.errors import UserError

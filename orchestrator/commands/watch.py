@@ -14,7 +14,7 @@ from orchestrator.console import console
 from orchestrator.ledger import Ledger, cell_status
 from orchestrator.slurm_query import available
 from orchestrator.submit import load_options, make_backend
-from orchestrator.sweep_run import close_parent
+from orchestrator.sweep_tracking import close_parent
 from orchestrator.watch import Watcher, settled
 from orchestrator.watcher_job import submit_as_job
 

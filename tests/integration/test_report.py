@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from orchestrator.ledger import Ledger
-from orchestrator.tracking_sweep import metric_histories
+from orchestrator.sweep_tracking import metric_histories
 from record.tracker import MlflowTracker, read_run_file
 from trainer.collapse import CollapseMonitor
 

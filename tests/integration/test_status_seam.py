@@ -16,8 +16,8 @@ from orchestrator import cell_state
 from orchestrator import ledger as L
 from orchestrator.commands import status
 from orchestrator.jobs import EVAL_ENTRY, run_eval
+from orchestrator.manifest import materialise
 from orchestrator.plan import make_plan
-from orchestrator.rundirs import materialise
 from orchestrator.sweep import load_sweep
 from record.rundir import tag_for
 from trainer.collapse import CollapseMonitor

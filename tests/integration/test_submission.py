@@ -19,8 +19,8 @@ import pytest
 
 from orchestrator.launch import launch
 from orchestrator.ledger import Ledger, attempts, latest
+from orchestrator.manifest import materialise
 from orchestrator.plan import make_plan
-from orchestrator.rundirs import materialise
 from orchestrator.slurm_query import find_by_names
 from orchestrator.submit import Options, SlurmBackend
 from orchestrator.sweep import load_sweep
@@ -231,7 +231,7 @@ def test_one_real_cell_trains_the_tiny_model_on_two_ranks_and_is_evaluated(make)
     # The sweep's parent MLflow run: RUNNING while its cell trained, FINISHED once the watcher saw it settle.
     from mlflow import MlflowClient
 
-    from orchestrator.sweep_run import close_parent
+    from orchestrator.sweep_tracking import close_parent
     from record.tracker import read_run_file
 
     where = read_run_file(run_dir)

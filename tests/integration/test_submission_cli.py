@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.ledger import Ledger, latest
+from orchestrator.manifest import materialise
 from orchestrator.plan import make_plan
-from orchestrator.rundirs import materialise
 from orchestrator.sweep import load_sweep
 
 REPO = Path(__file__).resolve().parents[2]

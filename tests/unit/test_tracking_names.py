@@ -13,10 +13,10 @@ from urllib.parse import unquote
 import pytest
 
 from orchestrator.ledger import Ledger, finish, new_record
+from orchestrator.manifest import materialise
 from orchestrator.plan import make_plan
-from orchestrator.rundirs import materialise
 from orchestrator.sweep import load_sweep
-from orchestrator.sweep_run import close_parent, links, summary_fields
+from orchestrator.sweep_tracking import close_parent, links, summary_fields
 from record.run_names import axis_params, sweep_tags
 from record.tracker import MlflowTracker
 from record.tracker_ui import compare_url, experiment_url, lead_first, serve_command

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.manifest import materialise
 from orchestrator.plan import make_plan
-from orchestrator.rundirs import materialise
 from orchestrator.sweep import load_sweep
 from record.errors import UserError
 from record.identity import run_key
@@ -121,7 +121,7 @@ def test_the_fast_yaml_dumper_writes_what_the_pure_python_one_writes():
     """Run dirs are compared byte for byte on a rerun; the libyaml dumper must not change a file PyYAML wrote."""
     import yaml
 
-    from orchestrator.rundirs import _DUMPER
+    from orchestrator.manifest import _DUMPER
     from orchestrator.sweep import load_sweep
 
     sweeps = sorted((Path(__file__).resolve().parents[2] / "sweeps").glob("*.yaml"))
