@@ -120,6 +120,9 @@ def _read_yaml(path: Path) -> Any:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"{path}: cannot read it ({err})") from None
+    except ValueError as err:  # PyYAML builds an int from its digits: Python refuses more than 4300 of them
+        raise UserError(f"{path}: a number in it is too long to read ({err}); no setting takes a number that "
+                        f"size: fix the value") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

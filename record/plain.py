@@ -62,8 +62,17 @@ def build(cls, data, path: str, problems: list[str]):
                     for name in required if name not in data)
     if len(problems) > before:
         return None
+    values = {}
+    for key, value in data.items():
+        try:
+            values[key] = _coerce(hints[key], value)
+        except OverflowError:  # an integer beyond float range where a float is expected
+            problems.append(f"{join_path(path, key)}: an integer of about {int(value.bit_length() * 0.30103) + 1} "
+                            f"digits is too large for a float (at most about 1.8e308); give a number in range")
+    if len(problems) > before:
+        return None
     try:
-        built = cls(**{k: _coerce(hints[k], v) for k, v in data.items()})
+        built = cls(**values)
     except ConfigError as err:
         for p in err.problems:  # "<default path>.key: ..." -> "<path>.key: ..."
             rest = p[len(default):] if p.startswith(default) else f": {p}"

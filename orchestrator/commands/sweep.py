@@ -19,6 +19,7 @@ from orchestrator.console import console
 from orchestrator.launch import launch
 from orchestrator.manifest import materialise
 from orchestrator.plan import Plan, make_plan
+from orchestrator.slurm_values import LIMITS
 from orchestrator.submit import Options, choose_executor, make_backend, render_sbatch
 from orchestrator.sweep import Sweep, load_sweep
 from record.errors import UserError
@@ -71,6 +72,10 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    low, high, why = LIMITS["signal_delay_s"]
+    if args.signal_delay is not None and not low <= args.signal_delay <= high:
+        raise UserError(f"--signal-delay {args.signal_delay}: give seconds in [{low}, {high}] ({why}); the jobs get "
+                        f"the warning signal that many seconds before their time limit")
     sweep = load_sweep(args.sweep, args.overrides)
     plan = make_plan(sweep)
     out = console()

@@ -112,3 +112,18 @@ def test_help_has_examples(command, capsys):
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert "examples:" in out and f"orchestrate {command}" in out
+
+
+def test_out_of_range_numbers_are_one_message_and_write_nothing(tmp_path, capsys):
+    """A --signal-delay Slurm cannot take, and a number too long for Python to read, each end in one message
+    before anything is written (they used to pass, or end in a traceback)."""
+    out = tmp_path / "runs"
+    assert main(["sweep", str(SWEEPS / "smoke.yaml"), f"sweep.output_root={out}", "--signal-delay", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--signal-delay 0: give seconds in [1, 65535]" in err and "Traceback" not in err
+    assert not out.exists()
+    huge = tmp_path / "huge.yaml"
+    huge.write_text(f"sweep: {{name: huge}}\nbase: {{optim: {{lr: {'9' * 5000}}}}}\n")
+    assert main(["validate", str(huge)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "a number in it is too long to read" in err and "Traceback" not in err

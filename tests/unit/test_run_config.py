@@ -110,3 +110,9 @@ def test_kl_and_algorithm_configs_keep_their_behaviour():
     assert KLConfig(estimator="k1", placement="reward", beta=0.1).beta_reward_value == 0.1
     with pytest.raises(ConfigError, match="leave-one-out"):
         AlgorithmConfig(group_size=1)
+
+
+def test_an_integer_beyond_float_range_in_a_float_field_is_a_problem_not_a_traceback():
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict({"optim": {"lr": 10**400}})
+    assert "optim.lr: an integer of about 401 digits is too large for a float" in str(err.value)
