@@ -361,7 +361,7 @@ def submit_jobs(backend, ledger: Ledger, records: list[dict], kinds: tuple[str, 
 
 def submit_watcher(fn, sweep_dir: Path, kwargs: dict, params: dict, code: str, dependency: str | None = None,
                    signal_delay_s: int = 10) -> str:
-    """The watcher as a small Slurm job of its own (`fn(sweep_dir, **kwargs)`: watcher_job.watch_job), named
+    """The watcher as a small Slurm job of its own (`fn(sweep_dir, **kwargs)`: watch.watch_job), named
     `<sweep>-watcher`; returns its job id. It hands over to its successor before its limit by itself, so the
     warning signal comes late (`signal_delay_s`). Its logs go with the sweep's."""
     ex = submitit.SlurmExecutor(folder=Path(sweep_dir).absolute() / "slurm" / "%j", max_num_timeout=0)

@@ -15,8 +15,7 @@ from orchestrator.ledger import Ledger, cell_status
 from orchestrator.slurm_query import available
 from orchestrator.submit import load_options, make_backend
 from orchestrator.sweep_tracking import close_parent
-from orchestrator.watch import Watcher, settled
-from orchestrator.watcher_job import submit_as_job
+from orchestrator.watch import Watcher, settled, submit_as_job
 
 EXAMPLES = """examples:
   orchestrate watch runs/onpolicy
