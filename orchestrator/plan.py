@@ -12,7 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 from orchestrator.ledger import LIVE, latest
-from orchestrator.schema import SlurmResources
+from orchestrator.profile import SlurmResources
 from orchestrator.sweep import Sweep
 
 

@@ -145,7 +145,7 @@ def memory_gb(p: list[str], path: str, value) -> None:
 
 
 def profile_scalars(values: Mapping, path: str) -> list[str]:
-    """The problems of a profile's scalars present in `values` (orchestrator/schema.py SlurmProfile): each one
+    """The problems of a profile's scalars present in `values` (orchestrator/profile.py SlurmProfile): each one
     becomes an #SBATCH line, or its array's `%N`."""
     p: list[str] = []
     for key, what in (("partition", "the Slurm partition (sinfo -s lists them)"),

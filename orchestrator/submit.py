@@ -26,7 +26,7 @@ from submitit.slurm.slurm import _make_sbatch_string
 from orchestrator import jobs, slurm_query
 from orchestrator.ledger import Ledger, add_attempt, attempts
 from orchestrator.plan import JobGroup, Plan
-from orchestrator.schema import SlurmProfile, SlurmResources
+from orchestrator.profile import SlurmProfile, SlurmResources
 from orchestrator.slurm_query import JobRow, SlurmError
 from orchestrator.sweep import REPO, Sweep
 from record.rundir import atomic_write

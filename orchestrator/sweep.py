@@ -1,7 +1,7 @@
 """Load a sweep file and expand it into cells: pure, no I/O beyond reading files.
 
 A sweep file is a Hydra primary config: its defaults list composes the base run config from the config groups
-in `sweeps/conf/` (and `conf/` beside the file), its `sweep:` header says what to vary (orchestrator/schema.py).
+in `sweeps/conf/` (and `conf/` beside the file), its `sweep:` header says what to vary (orchestrator/sweep_spec.py).
 Hydra composes once per combination of the config groups the sweep varies; everything else is a dict edit, so
 10k cells expand in about a second. Each cell is resolved in full here, at load: nothing composes lazily on a
 node, so editing a sweep never changes a queued job (Hydra's lazy-composition leak).
@@ -27,16 +27,8 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.config_tree import NotPlain, edit, has_interpolation, interpolated_paths, lookup, resolve_references
-from orchestrator.schema import (
-    Axis,
-    SlurmProfile,
-    SlurmResources,
-    SweepSpec,
-    _parser,
-    load_profile,
-    parse_override_values,
-    resource_problems,
-)
+from orchestrator.profile import SlurmProfile, SlurmResources, load_profile, resource_problems
+from orchestrator.sweep_spec import Axis, SweepSpec, _parser, parse_override_values
 from record.errors import ConfigError, UserError
 from record.identity import cell_name, format_value, run_key
 from trainer.config import RunConfig

@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 from orchestrator import slurm_values as sv
 from orchestrator.cli import main
 from orchestrator.plan import make_plan
-from orchestrator.schema import SlurmProfile, SweepSpec, load_profile
+from orchestrator.profile import SlurmProfile, load_profile
 from orchestrator.submit import render_sbatch
 from orchestrator.sweep import load_sweep
+from orchestrator.sweep_spec import SweepSpec
 from record.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
