@@ -31,7 +31,7 @@ def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_faile
     """Submit what the sweep still needs (`triage`), idempotently: one sbatch per training array and one per
     evaluation array. Holds the sweep's lock; settles an interrupted orchestrator's intents first."""
     ledger, cells = Ledger(sweep_dir), {c.run_key: c for c in sweep.cells}
-    with ledger.lock("orchestrate sweep"):
+    with ledger.lock("orchestrate sweep", wait_s=60.0):  # a watcher job holds it for one poll at a time
         records = ledger.records()
         resolved = settle_intents(ledger, backend, records)
         refresh(ledger, backend, records)

@@ -217,6 +217,10 @@ def apply_slurm_states(records: dict[str, dict], rows_of, queued_of=None, now: f
     return list(changed.values()), 2 if gone else 1
 
 
+class SweepBusy(UserError):
+    """Another orchestrator holds the sweep's writer lock."""
+
+
 class Ledger:
     """The records of one sweep directory."""
 
@@ -268,21 +272,27 @@ class Ledger:
         (self.dir / "cancelled" / f"{run_key}.json").unlink(missing_ok=True)
 
     @contextmanager
-    def lock(self, what: str, stale_s: float = 600.0):
+    def lock(self, what: str, stale_s: float = 600.0, wait_s: float = 0.0):
         """Hold the sweep's writer lock (O_EXCL create: atomic on NFSv3+). A lock whose process is gone (same
-        host) or that was not refreshed for `stale_s` seconds (another host) is taken over."""
+        host) or that was not refreshed for `stale_s` seconds (another host) is taken over. A live holder is
+        waited for up to `wait_s` seconds (the watcher job holds it only for one poll), then `SweepBusy`."""
         self.dir.mkdir(parents=True, exist_ok=True)
         path, me = self.dir / ".lock", {"host": socket.gethostname(), "pid": os.getpid(), "what": what}
-        for _ in range(3):
+        deadline, takeovers = time.monotonic() + wait_s, 0
+        while takeovers < 3:
             try:
                 fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 if not _stale(path, stale_s):
+                    if time.monotonic() < deadline:
+                        time.sleep(0.5)
+                        continue
                     holder = _read_json(path) or {}
-                    raise UserError(f"sweep {self.sweep_dir} is being handled by {holder.get('what', '?')} "
+                    raise SweepBusy(f"sweep {self.sweep_dir} is being handled by {holder.get('what', '?')} "
                                     f"(pid {holder.get('pid')} on {holder.get('host')}); stop it, or wait for it "
                                     f"(remove {path} only if that process is gone)") from None
                 path.unlink(missing_ok=True)
+                takeovers += 1
                 continue
             with os.fdopen(fd, "w") as f:
                 json.dump({**me, "at": time.time()}, f)

@@ -16,6 +16,7 @@ What a (re)launch submits is the plan's (orchestrator/plan.py `triage`); submitt
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -29,6 +30,7 @@ from orchestrator.ledger import (
     KINDS,
     LIVE,
     Ledger,
+    SweepBusy,
     attempts,
     finish,
     latest,
@@ -195,13 +197,19 @@ class Watcher:
             submit_jobs(self.backend, self.ledger, [record], ("train",))
 
     def run(self, poll_s: float = 30.0, timeout_s: float | None = None, on_poll=None, keep_alive=None,
-            stop=None) -> dict[str, dict]:
-        """Poll until every cell is final, `timeout_s` has passed or `stop()` says so: returns the records."""
+            stop=None, guard=None) -> dict[str, dict]:
+        """Poll until every cell is final, `timeout_s` has passed or `stop()` says so: returns the records.
+        `guard()`: a context held around each poll (the sweep's lock, for a watcher that holds it poll by poll); a
+        poll it finds busy (`SweepBusy`: a relaunch at work) is skipped until the next."""
         deadline = time.monotonic() + (timeout_s if timeout_s is not None else float("inf"))
         stop = stop or (lambda: False)
         while True:
             try:
-                records = self.poll()
+                with guard() if guard else contextlib.nullcontext():
+                    records = self.poll()
+            except SweepBusy as err:
+                self.log(f"poll skipped, the sweep is busy: {err}")
+                records = self.ledger.records()
             except SlurmError as err:  # slurmctld busy or restarting: say so, try again at the next poll
                 self.log(f"poll failed, retrying in {poll_s:.0f} s: {err}")
                 records = self.ledger.records()
@@ -248,11 +256,24 @@ def watch_job(sweep_dir: str, max_retries: int = 3, poll_s: float = 60.0, time_m
     def stop() -> bool:
         return bool(warned) or time.time() > started + time_min * 60 - margin_s
 
-    with ledger.lock("orchestrate watch --as-job", stale_s=max(600.0, 10 * poll_s)) as keep_alive:
-        records = Watcher(ledger, backend, max_retries).run(poll_s, keep_alive=keep_alive, stop=stop)
-    if settled(records):
-        print(close_parent(records), flush=True)
-        return "settled"
+    # The lock is held one poll at a time, so `orchestrate sweep` (a relaunch, --retry-failed) and `orchestrate
+    # watch` can work on the sweep while this job follows it.
+    def one_poll():
+        return ledger.lock("orchestrate watch --as-job (one poll)", stale_s=max(600.0, 10 * poll_s))
+
+    while not stop():
+        records = Watcher(ledger, backend, max_retries, log=lambda line: print(line, flush=True)).run(
+            poll_s, stop=stop, guard=one_poll)
+        if not settled(records):
+            break
+        try:  # settled: close the sweep under the lock, unless a relaunch has added cells meanwhile
+            with ledger.lock("orchestrate watch --as-job (closing)", wait_s=60.0):
+                records = ledger.records()
+                if settled(records):
+                    print(close_parent(records), flush=True)
+                    return "settled"
+        except SweepBusy as err:
+            print(f"could not close the settled sweep yet: {err}", flush=True)
     return submit_as_job(Path(sweep_dir), max_retries, poll_s, time_min,
                          dependency=f"afterany:{os.environ.get('SLURM_JOB_ID', '')}".rstrip(":"))
 

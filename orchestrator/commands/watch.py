@@ -59,7 +59,7 @@ def follow(sweep_dir: Path, backend, max_retries: int, poll_s: float, timeout_s:
     """Hold the sweep's lock and run the watcher with a progress bar until every cell is final. Exit status 0
     when every cell completed, 1 otherwise."""
     out, ledger = out or console(), Ledger(sweep_dir)
-    with ledger.lock("orchestrate watch", stale_s=max(600.0, 10 * poll_s)) as keep_alive:
+    with ledger.lock("orchestrate watch", stale_s=max(600.0, 10 * poll_s), wait_s=60.0) as keep_alive:
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=out, transient=False) as progress:
             task = progress.add_task(sweep_dir.name, total=None)

@@ -92,6 +92,11 @@ def test_the_watcher_as_a_job_settles_cells_and_resubmits_itself_before_its_limi
     submitted = orchestrate("watch", str(sweep_dir), "--as-job", "--time-min", "1", "--poll", "3", cwd=tmp_path)
     assert submitted.returncode == 0, submitted.stderr
     first = json.loads((sweep_dir / "watcher.json").read_text())["job_id"]
+    # the watcher job holds the sweep's lock one poll at a time: a relaunch meanwhile goes through
+    time.sleep(8)  # the job has started and polls every 3 s
+    again = orchestrate("sweep", *args, *PROBE, cwd=tmp_path)
+    assert again.returncode == 0 and "being handled by" not in again.stderr, again.stdout + again.stderr
+    assert "in 0 sbatch call(s)" in again.stdout, again.stdout  # idempotent: nothing submitted twice
 
     deadline = time.monotonic() + 150  # a 1-minute watcher stops 15 s before its limit and submits its successor
     while json.loads((sweep_dir / "watcher.json").read_text())["job_id"] == first:

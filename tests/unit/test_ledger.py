@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,8 @@ from orchestrator.slurm_query import (
     parse_time,
 )
 from record.errors import UserError
+
+REPO = Path(__file__).resolve().parents[2]
 
 FIELDS = "JobID|JobName|State|ExitCode|Reason|Submit|Start|End|Elapsed|NodeList|MaxRSS|ReqMem"
 SACCT = """\
@@ -162,3 +165,18 @@ def test_a_live_job_sacct_never_heard_of_is_asked_of_squeue_then_vanishes(tmp_pa
     assert (job["state"], job["reason"]) == ("PENDING", "Priority")
     L.vanish(job, [row("60_0", "someone-else", "PENDING")])
     assert job["state"] == "VANISHED"
+
+
+def test_a_lock_is_waited_for_when_asked_and_refused_at_once_otherwise(tmp_path):
+    ledger = L.Ledger(tmp_path)
+    code = ("import sys, time\nfrom orchestrator.ledger import Ledger\n"
+            "with Ledger(sys.argv[1]).lock('a watcher poll'):\n    print('held', flush=True)\n    time.sleep(1.5)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                              cwd=REPO)
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(L.SweepBusy, match="being handled by a watcher poll"):
+        with ledger.lock("orchestrate sweep"):
+            pass
+    with ledger.lock("orchestrate sweep", wait_s=30.0):  # the poll ends; the relaunch goes on
+        assert json.loads((ledger.dir / ".lock").read_text())["what"] == "orchestrate sweep"
+    assert holder.wait(timeout=30) == 0

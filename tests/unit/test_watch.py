@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from orchestrator import ledger as L
 from orchestrator.jobs import PREEMPTED_EXIT
+from orchestrator.ledger import Ledger
 from orchestrator.plan import triage
-from orchestrator.watch import REQUEUE_GRACE_S, decide
+from orchestrator.watch import REQUEUE_GRACE_S, Watcher, decide
 
 NOW = 10_000.0
 
@@ -170,3 +171,28 @@ def test_sweep_status_of_a_settled_sweep():
     assert sweep_status(records("completed", "cancelled")) == "KILLED"
     assert sweep_status(records("cancelled", "gave_up")) == "FAILED"
     assert sweep_status(records("completed", "out_of_memory")) == "FAILED"
+
+
+def test_a_watcher_holding_the_lock_poll_by_poll_skips_a_poll_while_the_sweep_is_busy(tmp_path):
+    """The watcher job takes the sweep's lock for one poll at a time; while a relaunch holds it, it skips the
+    poll (and says so) instead of failing, and polls again once the lock is free."""
+    ledger = Ledger(tmp_path)
+
+    class Idle:  # a sweep with no jobs: a poll asks the backend nothing
+        kind = "slurm"
+
+        def rows(self, job_ids):
+            raise AssertionError(f"no job to ask about, yet asked for {job_ids}")
+
+        queued = find = rows
+
+    def one_poll():
+        return ledger.lock("watcher poll")
+
+    busy: list[str] = []
+    with ledger.lock("orchestrate sweep"):
+        Watcher(ledger, Idle(), log=busy.append).run(poll_s=0.05, timeout_s=0.3, guard=one_poll)
+    assert busy and all(line.startswith("poll skipped, the sweep is busy") for line in busy), busy
+    free: list[str] = []
+    Watcher(ledger, Idle(), log=free.append).run(poll_s=0.05, timeout_s=0.3, guard=one_poll)
+    assert free == [] and not (ledger.dir / ".lock").exists()
