@@ -18,6 +18,7 @@ from base64 import b64encode
 
 import pytest
 
+from orchestrator.tracking_check import problems
 from orchestrator.tracking_postgres import free_port
 from tests.support.tracking_server import open_tmp_dir
 
@@ -69,7 +70,9 @@ def test_up_is_idempotent_status_names_the_uri_and_data_survives_down_and_up(dat
     assert json.loads(backend)["backend"].startswith("postgresql+psycopg2://mlflow@127.0.0.1:")
     assert not list(data.rglob("*.db"))
 
+    assert problems({uri: "tracking.tracking_uri"}) == []  # what `orchestrate sweep` checks before submitting
     assert "mlflow server: stopped" in orchestrate("down", "--data-dir", str(data), check=True).stdout
+    assert "is unreachable" in problems({uri: "tracking.tracking_uri"})[0]
     stopped = orchestrate("status", "--data-dir", str(data))
     assert stopped.returncode == 1 and "NOT up" in stopped.stdout
     assert "not running" in orchestrate("down", "--data-dir", str(data), check=True).stdout  # safe twice
@@ -79,7 +82,7 @@ def test_up_is_idempotent_status_names_the_uri_and_data_survives_down_and_up(dat
     assert client.get_run(tracker.run_id).info.status == "FINISHED"
 
 
-def test_another_address_asks_for_auth_and_auth_refuses_anonymous_requests(data_root):
+def test_another_address_asks_for_auth_and_auth_refuses_anonymous_requests(data_root, monkeypatch):
     data, port = data_root / "exposed", free_port()
     done = orchestrate("up", "--data-dir", str(data), "--host", "0.0.0.0", "--port", str(port), "--auth",
                        "--workers", "1", check=True)
@@ -99,6 +102,14 @@ def test_another_address_asks_for_auth_and_auth_refuses_anonymous_requests(data_
                             f"'http://127.0.0.1:{port}').create_experiment('authed'))"],
                            env=env, capture_output=True, text=True, timeout=120)
     assert probe.returncode == 0, probe.stderr[-2000:]
+    # `orchestrate sweep` checks the same before it submits (orchestrator/tracking_check.py)
+    for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    refused = problems({f"http://127.0.0.1:{port}": "tracking.tracking_uri"})
+    assert len(refused) == 1 and "export MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD" in refused[0]
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
+    assert problems({f"http://127.0.0.1:{port}": "tracking.tracking_uri"}) == []
 
 
 def test_a_taken_port_is_one_message_and_nothing_is_made(data_root):
