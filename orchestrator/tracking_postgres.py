@@ -22,6 +22,10 @@ from orchestrator.errors import UserError
 
 PG_ROOT = Path("/usr/lib/postgresql")  # Debian's layout: <root>/<major>/bin; /usr/local/bin copies are not ours
 DB = "mlflow"  # the database, and the cluster's superuser (initdb -U): the cluster serves nothing else
+# A server worker runs up to 40 requests at once (anyio's thread limit, through which MLflow's Flask app runs);
+# SQLAlchemy's default pool (5 + 10 overflow) made the rest wait 30 s and fail with "QueuePool limit ... reached",
+# which MLflow returns as BAD_REQUEST: 32 concurrent writers lost 640 of 51,200 points that way.
+MAX_CONNECTIONS_PER_WORKER = 40
 INSTALL_HINT = "install Debian's package as root: apt-get install postgresql"
 
 
@@ -138,9 +142,6 @@ class Postgres:
             raise UserError(f"initdb failed in {self.pgdata}:\n{(done.stdout + done.stderr)[-2000:]}")
         self.passfile.write_text(f"127.0.0.1:*:*:{DB}:{password}\n")
         os.chmod(self.passfile, 0o600)  # libpq ignores a pgpass file that others can read
-        # Only TCP on loopback: a socket in /var/run/postgresql is not writable by a plain user.
-        (self.pgdata / "comedy.conf").write_text("listen_addresses = '127.0.0.1'\nunix_socket_directories = ''\n")
-        shutil.chown(self.pgdata / "comedy.conf", self.user)
         with open(self.pgdata / "postgresql.conf", "a") as conf:
             conf.write("\ninclude_if_exists = 'comedy.conf'\n")
 
@@ -161,6 +162,11 @@ class Postgres:
         if self.running():
             return
         port_free_or_fail(self.port, "127.0.0.1", "PostgreSQL", "--pg-port")
+        # Only TCP on loopback: a socket in /var/run/postgresql is not writable by a plain user. Connections:
+        # each server worker may hold MAX_CONNECTIONS_PER_WORKER (tracking_server.py), 8 workers at most.
+        (self.pgdata / "comedy.conf").write_text("listen_addresses = '127.0.0.1'\nunix_socket_directories = ''\n"
+                                                 f"max_connections = {8 * MAX_CONNECTIONS_PER_WORKER + 20}\n")
+        shutil.chown(self.pgdata / "comedy.conf", self.user)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.log.touch()
         shutil.chown(self.log, self.user)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from orchestrator.errors import UserError
 from orchestrator.tracking_postgres import (
+    MAX_CONNECTIONS_PER_WORKER,
     Postgres,
     ensure_installed,
     free_port,
@@ -188,7 +189,9 @@ def start_mlflow(data_dir: Path, state: State, pg: Postgres, timeout_s: float) -
         names = {socket.gethostname(), machine_name(), state.host, "localhost", "127.0.0.1"}
         cmd += ["--allowed-hosts", ",".join(sorted(n for name in names for n in (name, f"{name}:*")))]
     # The job runner spawns extra worker processes that nothing here uses: it would only take CPU on a login node.
-    env = {**pg.env(), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    env = {**pg.env(), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+           "MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": "10",
+           "MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW": str(MAX_CONNECTIONS_PER_WORKER - 10)}
     if state.auth:
         cmd += ["--app-name", "basic-auth"]
         env["MLFLOW_AUTH_CONFIG_PATH"] = str(write_auth_config(data_dir, pg))

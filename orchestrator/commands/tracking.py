@@ -42,7 +42,7 @@ def register(subparsers) -> None:
                                                    "(default <data dir>/artifacts)")
     up.add_argument("--auth", action="store_true", default=None,
                     help="enable MLflow's basic-auth app (users and passwords; admin password in tracking.json)")
-    up.add_argument("--workers", type=int, help="the MLflow server's worker processes (default 4)")
+    up.add_argument("--workers", type=int, help="the MLflow server's worker processes, 1..8 (default 4)")
     up.add_argument("--no-install", action="store_true",
                     help="never run apt-get: fail with how to install PostgreSQL when it is missing")
     up.set_defaults(func=run_up)
@@ -70,9 +70,9 @@ def run_up(args: argparse.Namespace) -> int:
     out = console()
     for name in ("port", "pg_port", "workers"):
         value = getattr(args, name)
-        if value is not None and not (1 <= value <= (65535 if "port" in name else 64)):
+        if value is not None and not (1 <= value <= (65535 if "port" in name else 8)):
             raise UserError(f"--{name.replace('_', '-')} {value}: give "
-                            + ("a port in 1..65535" if "port" in name else "1..64 workers"))
+                            + ("a port in 1..65535" if "port" in name else "1..8 workers"))
     state = up(args.data_dir, host=args.host, port=args.port, pg_port=args.pg_port, artifacts=args.artifacts,
                auth=args.auth, workers=args.workers, install=not args.no_install,
                say=lambda line: out.print(line, soft_wrap=True))
