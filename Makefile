@@ -49,6 +49,7 @@ bench: setup
 	$(BIN)/python bench/sweep_expand.py
 	$(BIN)/python bench/trainer.py
 	$(BIN)/python bench/rollout.py
+	$(BIN)/python bench/tracking.py
 
 # runs/ holds the default MLflow store and its artifacts (runs/mlartifacts); mlruns/ and mlartifacts/ are where
 # older versions (and MLflow's own defaults) put artifacts of a local store.
