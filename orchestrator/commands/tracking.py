@@ -1,4 +1,4 @@
-"""`orchestrate tracking up|down|status`: the sweep-wide MLflow server on PostgreSQL (docs/tracking.md)."""
+"""`orchestrate tracking up|down|status|import`: the sweep-wide MLflow server on PostgreSQL (docs/tracking.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ EXAMPLES = """examples:
   orchestrate tracking status --data-dir /srv/mlflow
   export MLFLOW_TRACKING_URI=$(orchestrate tracking status --data-dir /srv/mlflow --uri)
   orchestrate tracking up --data-dir /srv/mlflow --host 0.0.0.0 --auth
+  orchestrate tracking import runs/mlflow.db --data-dir /srv/mlflow
   orchestrate tracking down --data-dir /srv/mlflow
 
 `up` starts PostgreSQL (Debian's package, installed with apt-get when missing and run as root) in
@@ -56,11 +57,20 @@ def register(subparsers) -> None:
     status.add_argument("--uri", action="store_true", help="print only the URI (for MLFLOW_TRACKING_URI)")
     status.add_argument("--json", action="store_true", help="print the status as JSON")
     status.set_defaults(func=run_status)
+    imp = sub.add_parser("import", help="copy an existing store (runs/mlflow.db) into the server",
+                         description="Copy experiments and runs (params, metric histories, tags, artifacts, "
+                                     "status) from SOURCE into the server; runs imported before are skipped.",
+                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    imp.add_argument("source", metavar="SOURCE", help="a SQLite file (runs/mlflow.db) or any tracking URI")
+    _data_dir(imp, required=False)
+    imp.add_argument("--to", metavar="URI", help="the target tracking URI (default: the --data-dir server's)")
+    imp.set_defaults(func=run_import)
 
 
-def _data_dir(parser: argparse.ArgumentParser) -> None:
+def _data_dir(parser: argparse.ArgumentParser, required: bool = True) -> None:
     default = os.environ.get("COMEDY_TRACKING_DIR")
-    parser.add_argument("--data-dir", type=Path, default=Path(default) if default else None, required=not default,
+    parser.add_argument("--data-dir", type=Path, default=Path(default) if default else None,
+                        required=required and not default,
                         help="the server's own directory: database, logs, state (default $COMEDY_TRACKING_DIR)")
 
 
@@ -116,3 +126,29 @@ def run_status(args: argparse.Namespace) -> int:
         out.print(f"  use it: tracking.tracking_uri={info['uri']} (sweep), tracking_uri: {info['uri']} (Slurm "
                   f"profile), or export MLFLOW_TRACKING_URI={info['uri']}", soft_wrap=True)
     return 0 if info["up"] else 1
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from orchestrator.tracking_import import import_store, source_uri
+    from orchestrator.tracking_server import status
+
+    source = source_uri(args.source)
+    if source.startswith("sqlite:///") and not Path(source[len("sqlite:///"):]).is_file():
+        raise UserError(f"{args.source}: no such SQLite file; give the store to copy, e.g. runs/mlflow.db")
+    target = args.to
+    if target is None:
+        if args.data_dir is None:
+            raise UserError("give the target: --data-dir of a server `orchestrate tracking up` started, or --to URI")
+        info = status(args.data_dir)
+        if not info["up"]:
+            raise UserError(f"the tracking server in {info['data_dir']} is not up; start it first: "
+                            f"orchestrate tracking up --data-dir {info['data_dir']}")
+        target = f"http://127.0.0.1:{info['uri'].rsplit(':', 1)[1]}"  # from here, loopback reaches any bind
+    out = console()
+    report = import_store(source, target, say=lambda line: out.print(line, soft_wrap=True))
+    out.print(f"imported {report.runs} run(s) of {report.experiments} experiment(s) into {target}: "
+              f"{report.points} metric points, {report.artifacts} artifact file(s); {report.skipped} skipped "
+              f"(imported before, or the run_key is there already)", soft_wrap=True)
+    for note in report.notes:
+        out.print(f"  note: {note}", soft_wrap=True)
+    return 0
