@@ -123,19 +123,17 @@ def up(data_dir: Path, *, host: str | None = None, port: int | None = None, pg_p
     check_data_dir(data_dir)
     before = read_state(data_dir)
     state = before or State()
-    asked = {"host": host, "port": port, "auth": auth, "workers": workers,
+    asked = {"host": host, "port": port, "pg_port": pg_port, "auth": auth, "workers": workers,
              "artifacts": str(artifacts.absolute()) if artifacts else None}
-    if before and mlflow_alive(before):
-        changed = [f"--{k} {v} (it runs with {getattr(before, k)})" for k, v in asked.items()
+    if before and (mlflow_alive(before) or postgres_of(data_dir, before).running()):
+        changed = [f"--{k.replace('_', '-')} {v} (it runs with {getattr(before, k)})" for k, v in asked.items()
                    if v is not None and v != getattr(before, k)]
         if changed:
-            raise UserError(f"the tracking server in {data_dir} already runs at {before.uri()}; to change "
+            raise UserError(f"the tracking server in {data_dir} is running (URI {before.uri()}); to change "
                             f"{', '.join(changed)}, run `orchestrate tracking down --data-dir {data_dir}` first")
     for key, value in asked.items():
         if value is not None:
             setattr(state, key, value)
-    if pg_port is not None and not (before and before.pg_port == pg_port):
-        state.pg_port = pg_port
     state.pg_port = state.pg_port or free_port()
     state.artifacts = state.artifacts or str(data_dir / "artifacts")
 

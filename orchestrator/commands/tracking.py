@@ -41,8 +41,9 @@ def register(subparsers) -> None:
     up.add_argument("--pg-port", type=int, help="PostgreSQL's port on 127.0.0.1 (default: a free one, kept)")
     up.add_argument("--artifacts", type=Path, help="artifact root, e.g. on the shared filesystem "
                                                    "(default <data dir>/artifacts)")
-    up.add_argument("--auth", action="store_true", default=None,
-                    help="enable MLflow's basic-auth app (users and passwords; admin password in tracking.json)")
+    up.add_argument("--auth", action=argparse.BooleanOptionalAction, default=None,
+                    help="enable MLflow's basic-auth app (users and passwords; admin password in tracking.json); "
+                         "--no-auth turns it off again (default: as the last up left it, else off)")
     up.add_argument("--workers", type=int, help="the MLflow server's worker processes, 1..8 (default 4)")
     up.add_argument("--no-install", action="store_true",
                     help="never run apt-get: fail with how to install PostgreSQL when it is missing")

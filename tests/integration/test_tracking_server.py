@@ -54,6 +54,8 @@ def test_up_is_idempotent_status_names_the_uri_and_data_survives_down_and_up(dat
     again = orchestrate("up", "--data-dir", str(data), check=True)  # safe twice: nothing new started
     assert "postgresql: already running" in again.stdout and "mlflow server: already running" in again.stdout
     assert orchestrate("status", "--data-dir", str(data), "--uri", check=True).stdout.strip() == uri
+    moved = orchestrate("up", "--data-dir", str(data), "--port", str(free_port()))
+    assert moved.returncode == 2 and "to change --port" in moved.stderr and "tracking down" in moved.stderr
     state = json.loads((data / "tracking.json").read_text())
     assert state["host"] == "127.0.0.1" and state["port"] == port
     assert oct((data / "tracking.json").stat().st_mode & 0o777) == "0o600"
