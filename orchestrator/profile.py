@@ -77,12 +77,15 @@ class SlurmProfile:
     # Seconds between Slurm's warning signal and the end of a job: the trainer checkpoints at the next step
     # boundary, so it must cover one step plus one checkpoint (`--signal-delay` overrides it per submission).
     signal_delay_s: int = 90
+    # Where this cluster's jobs log (`orchestrate tracking status` prints it); a sweep's tracking.tracking_uri wins.
+    tracking_uri: str | None = None
 
     def __post_init__(self) -> None:
         raise_if(self.problems(), f"slurm profile {self.name}")
 
     def problems(self, path: str = "slurm") -> list[str]:
-        return sv.profile_scalars({k: getattr(self, k) for k in SCALARS}, path)
+        return sv.profile_scalars({k: getattr(self, k) for k in SCALARS}, path) + _uri_problems(
+            self.tracking_uri, f"{path}.tracking_uri")
 
     def train_resources(self, params_b: float | None) -> SlurmResources:
         """The smallest size class that holds a model of `params_b` billion parameters, else the defaults."""
@@ -98,9 +101,9 @@ class SlurmProfile:
         problems: list[str] = []
         if not isinstance(data, Mapping):
             raise_if([f"{path}: {data!r} is not a mapping; see slurm/profiles/local.yaml"], f"slurm profile {name}")
-        valid = (*SCALARS, "eval", "by_model_size", *RESOURCE_KEYS)
+        valid = (*SCALARS, "tracking_uri", "eval", "by_model_size", *RESOURCE_KEYS)
         problems += [f"{path}.{k}: unknown key; valid: {', '.join(valid)}" for k in data if k not in valid]
-        top = {k: data[k] for k in SCALARS if k in data}
+        top = {k: data[k] for k in (*SCALARS, "tracking_uri") if k in data}
         flat = sv.screen_memory({k: data[k] for k in RESOURCE_KEYS if k in data}, path, problems)
         train = build(SlurmResources, flat, path, problems)
         evals = data.get("eval")
@@ -110,7 +113,9 @@ class SlurmProfile:
         if "partition" not in top:
             problems.append(f"{path}.partition: missing; give the Slurm partition (sinfo lists them)")
         if problems:  # the scalars' own problems too: construction, which checks them, is not reached
-            raise_if(problems + sv.profile_scalars(top, path), f"slurm profile {name}")
+            raise_if(problems + sv.profile_scalars(top, path) + _uri_problems(top.get("tracking_uri"),
+                                                                               f"{path}.tracking_uri"),
+                     f"slurm profile {name}")
         try:
             return cls(name=name, train=train, eval=evals, by_model_size=sizes, **top)
         except ConfigError as err:
@@ -119,12 +124,19 @@ class SlurmProfile:
     def to_dict(self) -> dict:
         out = {"name": self.name, "partition": self.partition, "account": self.account, "qos": self.qos,
                "array_parallelism": self.array_parallelism, "max_array_size": self.max_array_size,
-               "signal_delay_s": self.signal_delay_s}
+               "signal_delay_s": self.signal_delay_s, "tracking_uri": self.tracking_uri}
         out.update(_resources_dict(self.train))
         out["eval"] = _resources_dict(self.eval)
         out["by_model_size"] = [{"max_params_b": s.max_params_b, **_resources_dict(s.resources)}
                                 for s in self.by_model_size]
         return out
+
+
+def _uri_problems(uri: Any, path: str) -> list[str]:
+    if uri is None or isinstance(uri, str) and "://" in uri and " " not in uri:
+        return []
+    return [f"{path}: {uri!r}; give a tracking URI such as http://login1:5000 (`orchestrate tracking status` "
+            f"prints it), or null for the jobs' MLFLOW_TRACKING_URI"]
 
 
 def _resources_dict(res: SlurmResources) -> dict:

@@ -92,7 +92,7 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
         for axis in axes:
             spec = spec.with_axis(axis)
         profile = load_profile(spec.profile, spec.slurm_overrides, problems)
-        bases = _Bases(composer, groups, fixed, spec.name)
+        bases = _Bases(composer, groups, fixed, spec.name, profile.tracking_uri if profile else None)
         cells, duplicates = _expand(spec, bases, _group_keys(spec, dirs), profile, problems)
     if problems:
         raise ConfigError(problems, str(path))
@@ -288,8 +288,10 @@ class _Bases:
     """The base run config of each combination of group choices: composed by Hydra once, then the command
     line's fixed edits; a string is the problem that stopped it."""
 
-    def __init__(self, composer: _Composer, groups: list[str], fixed: list[Override], sweep_name: str):
+    def __init__(self, composer: _Composer, groups: list[str], fixed: list[Override], sweep_name: str,
+                 tracking_uri: str | None = None):
         self.composer, self.groups, self.fixed, self.sweep_name = composer, groups, fixed, sweep_name
+        self.tracking_uri = tracking_uri  # the Slurm profile's: where a cell that names none logs
         self.cache: dict[tuple[str, ...], _Base | str] = {}
 
     def get(self, choice: tuple[str, ...]) -> _Base | str:
@@ -315,6 +317,8 @@ class _Bases:
         tracking = data.get("tracking")
         if tracking is None or (isinstance(tracking, Mapping) and not tracking.get("experiment")):
             data = edit(data, "tracking.experiment", self.sweep_name)
+        if self.tracking_uri and not (data.get("tracking") or {}).get("tracking_uri"):
+            data = edit(data, "tracking.tracking_uri", self.tracking_uri)
         return _Base(data, interpolated_paths(data))
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from record.rundir import RunDir, atomic_write
-from record.tracker_buffer import _BATCH, OfflineBuffer, is_transient
+from record.tracker_buffer import BATCH_LIMITS, OfflineBuffer, is_transient
 from record.tracker_keys import (
     check_close_status,
     check_keys,
@@ -305,7 +305,7 @@ class MlflowTracker:
             items = [Param(k, v) for k, v in event["values"].items()]
         else:
             items = [RunTag(k, v) for k, v in event["values"].items()]
-        size = _BATCH[kind]
+        size = BATCH_LIMITS[kind]
         for i in range(0, len(items), size):
             self._client.log_batch(run_id, **{kind: items[i:i + size]})
 

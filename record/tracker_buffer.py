@@ -16,7 +16,7 @@ from record.rundir import RunDir
 
 log = logging.getLogger("record.tracker")
 
-_BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's per-request limits (utils/validation.py)
+BATCH_LIMITS = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's per-request limits (utils/validation.py)
 
 
 _TRANSIENT = {"ConnectionError", "Timeout", "ConnectTimeout", "ReadTimeout", "RetryError", "MaxRetryError",
@@ -127,7 +127,7 @@ def _read_lines(path: Path) -> list[dict]:
 def _merge_metrics(events: list[dict]) -> Iterable[dict]:
     batch: list = []
     for event in events:
-        if event["kind"] == "metrics" and len(batch) + len(event["points"]) <= _BATCH["metrics"]:
+        if event["kind"] == "metrics" and len(batch) + len(event["points"]) <= BATCH_LIMITS["metrics"]:
             batch.extend(event["points"])
             continue
         if batch:

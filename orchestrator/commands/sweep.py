@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         print_plan(out, sweep, plan, args.rows)
         out.print("dry run: nothing written, nothing submitted")
         return 0
+    check_tracking(sweep)
     done = materialise(sweep, plan)
     for line in summary(sweep, plan):
         out.print(line, soft_wrap=True)
@@ -115,6 +116,16 @@ def run(args: argparse.Namespace) -> int:
                       parallelism=sweep.profile.array_parallelism, out=out)
     out.print(f"follow it: orchestrate status {sweep_dir}   |   resubmit failures: orchestrate watch {sweep_dir}")
     return 0
+
+
+def check_tracking(sweep: Sweep) -> None:
+    """Every tracking store the jobs would log into answers, or one message and nothing written or submitted."""
+    from orchestrator.tracking_check import job_uris, problems
+
+    found = problems(job_uris(c.config.tracking.tracking_uri for c in sweep.cells))
+    if found:
+        raise UserError("nothing written, nothing submitted: " + (found[0] if len(found) == 1 else "".join(
+            f"\n  - {p}" for p in found)))
 
 
 SFT_STEP = re.compile(r"\[tiny-model\] sft step (\d+)/(\d+)")

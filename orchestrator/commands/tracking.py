@@ -1,0 +1,155 @@
+"""`orchestrate tracking up|down|status|import`: the sweep-wide MLflow server on PostgreSQL (docs/tracking.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+from orchestrator.commands.validate import console
+from record.errors import UserError
+
+EXAMPLES = """examples:
+  orchestrate tracking up --data-dir /srv/mlflow --artifacts /shared/mlflow-artifacts
+  orchestrate tracking status --data-dir /srv/mlflow
+  export MLFLOW_TRACKING_URI=$(orchestrate tracking status --data-dir /srv/mlflow --uri)
+  orchestrate tracking up --data-dir /srv/mlflow --host 0.0.0.0 --auth
+  orchestrate tracking import runs/mlflow.db --data-dir /srv/mlflow
+  orchestrate tracking down --data-dir /srv/mlflow
+
+`up` starts PostgreSQL (Debian's package, installed with apt-get when missing and run as root) in
+<data dir>/postgres and `mlflow server` on it, with artifacts in --artifacts (default <data dir>/artifacts).
+It is safe to run twice: what runs is left alone. The server listens on 127.0.0.1 unless --host says otherwise;
+MLflow's server has no authentication unless --auth turns on its basic-auth app (the admin password is in
+<data dir>/tracking.json). `status` prints the URI jobs should use: put it in the sweep
+(tracking.tracking_uri=URI), in the Slurm profile (tracking_uri: URI), or export MLFLOW_TRACKING_URI.
+--data-dir defaults to $COMEDY_TRACKING_DIR."""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "tracking", help="an MLflow server on PostgreSQL for whole sweeps: up, down, status",
+        description="Run the tracking server a sweep's jobs log into (docs/tracking.md).",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    up = sub.add_parser("up", help="start PostgreSQL and the MLflow server (what is not running yet)",
+                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _data_dir(up)
+    up.add_argument("--host", help="address to listen on (default 127.0.0.1; 0.0.0.0: every interface)")
+    up.add_argument("--port", type=int, help="the MLflow server's port (default 5000)")
+    up.add_argument("--pg-port", type=int, help="PostgreSQL's port on 127.0.0.1 (default: a free one, kept)")
+    up.add_argument("--artifacts", type=Path, help="artifact root, e.g. on the shared filesystem "
+                                                   "(default <data dir>/artifacts)")
+    up.add_argument("--auth", action=argparse.BooleanOptionalAction, default=None,
+                    help="enable MLflow's basic-auth app (users and passwords; admin password in tracking.json); "
+                         "--no-auth turns it off again (default: as the last up left it, else off)")
+    up.add_argument("--workers", type=int, help="the MLflow server's worker processes, 1..8 (default 4)")
+    up.add_argument("--no-install", action="store_true",
+                    help="never run apt-get: fail with how to install PostgreSQL when it is missing")
+    up.set_defaults(func=run_up)
+    down = sub.add_parser("down", help="stop the MLflow server, then PostgreSQL (data stays)",
+                          epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _data_dir(down)
+    down.set_defaults(func=run_down)
+    status = sub.add_parser("status", help="what runs, and the URI jobs should use; exit 0 when up, 1 when not",
+                            epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _data_dir(status)
+    status.add_argument("--uri", action="store_true", help="print only the URI (for MLFLOW_TRACKING_URI)")
+    status.add_argument("--json", action="store_true", help="print the status as JSON")
+    status.set_defaults(func=run_status)
+    imp = sub.add_parser("import", help="copy an existing store (runs/mlflow.db) into the server",
+                         description="Copy experiments and runs (params, metric histories, tags, artifacts, "
+                                     "status) from SOURCE into the server; runs imported before are skipped.",
+                         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    imp.add_argument("source", metavar="SOURCE", help="a SQLite file (runs/mlflow.db) or any tracking URI")
+    _data_dir(imp, required=False)
+    imp.add_argument("--to", metavar="URI", help="the target tracking URI (default: the --data-dir server's)")
+    imp.set_defaults(func=run_import)
+
+
+def _data_dir(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    default = os.environ.get("COMEDY_TRACKING_DIR")
+    parser.add_argument("--data-dir", type=Path, default=Path(default) if default else None,
+                        required=required and not default,
+                        help="the server's own directory: database, logs, state (default $COMEDY_TRACKING_DIR)")
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from orchestrator.tracking_server import up
+
+    out = console()
+    for name in ("port", "pg_port", "workers"):
+        value = getattr(args, name)
+        if value is not None and not (1 <= value <= (65535 if "port" in name else 8)):
+            raise UserError(f"--{name.replace('_', '-')} {value}: give "
+                            + ("a port in 1..65535" if "port" in name else "1..8 workers"))
+    state = up(args.data_dir, host=args.host, port=args.port, pg_port=args.pg_port, artifacts=args.artifacts,
+               auth=args.auth, workers=args.workers, install=not args.no_install,
+               say=lambda line: out.print(line, soft_wrap=True))
+    out.print(f"URI for jobs: {state.uri()}", soft_wrap=True)
+    if state.auth:
+        out.print(f"basic auth: user admin, password in {args.data_dir / 'tracking.json'}; jobs need "
+                  f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD", soft_wrap=True)
+    return 0
+
+
+def run_down(args: argparse.Namespace) -> int:
+    from orchestrator.tracking_server import down
+
+    out = console()
+    down(args.data_dir, say=lambda line: out.print(line, soft_wrap=True))
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from orchestrator.tracking_server import status
+
+    info = status(args.data_dir)
+    if args.uri:
+        if not info["up"]:
+            raise UserError(f"the tracking server in {info['data_dir']} is not up; "
+                            f"start it: orchestrate tracking up --data-dir {info['data_dir']}")
+        print(info["uri"])
+        return 0
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0 if info["up"] else 1
+    out = console()
+    out.print(f"tracking server in {info['data_dir']}: {'up' if info['up'] else 'NOT up'}", soft_wrap=True)
+    for key in ("postgres", "mlflow", "artifacts", "logs"):
+        if key in info:
+            out.print(f"  {key:<10} {info[key]}", soft_wrap=True)
+    if info.get("hint"):
+        out.print(info["hint"], soft_wrap=True)
+    if info["uri"]:
+        out.print(f"URI for jobs: {info['uri']}", soft_wrap=True)
+        out.print(f"  use it: tracking.tracking_uri={info['uri']} (sweep), tracking_uri: {info['uri']} (Slurm "
+                  f"profile), or export MLFLOW_TRACKING_URI={info['uri']}", soft_wrap=True)
+    return 0 if info["up"] else 1
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from orchestrator.tracking_import import import_store, source_uri
+    from orchestrator.tracking_server import status
+
+    source = source_uri(args.source)
+    if source.startswith("sqlite:///") and not Path(source[len("sqlite:///"):]).is_file():
+        raise UserError(f"{args.source}: no such SQLite file; give the store to copy, e.g. runs/mlflow.db")
+    target = args.to
+    if target is None:
+        if args.data_dir is None:
+            raise UserError("give the target: --data-dir of a server `orchestrate tracking up` started, or --to URI")
+        info = status(args.data_dir)
+        if not info["up"]:
+            raise UserError(f"the tracking server in {info['data_dir']} is not up; start it first: "
+                            f"orchestrate tracking up --data-dir {info['data_dir']}")
+        target = f"http://127.0.0.1:{info['uri'].rsplit(':', 1)[1]}"  # from here, loopback reaches any bind
+    out = console()
+    report = import_store(source, target, say=lambda line: out.print(line, soft_wrap=True))
+    out.print(f"imported {report.runs} run(s) of {report.experiments} experiment(s) into {target}: "
+              f"{report.points} metric points, {report.artifacts} artifact file(s); {report.skipped} skipped "
+              f"(imported before, or the run_key is there already)", soft_wrap=True)
+    for note in report.notes:
+        out.print(f"  note: {note}", soft_wrap=True)
+    return 0
