@@ -90,6 +90,7 @@ class MlflowTracker:
         self._client: Any = None
         self._down_until: float | None = None  # monotonic deadline while the store is unreachable
         self._verify = True  # before the next replay, ask the store which points it already has
+        self._closed_as: str | None = None  # the status an earlier job closed this run with, buffered
 
     def open_run(self, run_key, experiment, tracking_uri, params, tags, parent_run_key=None, sweep_id=None, *,
                  run_name: str | None = None, artifact_location: str | None = None,
@@ -119,6 +120,10 @@ class MlflowTracker:
                           parent_tags={k: str(v) for k, v in (parent_tags or {}).items()},
                           experiment_tags={k: str(v) for k, v in (experiment_tags or {}).items()})
         self.run_id = None
+        # A close an earlier job of this run could not deliver: this job owns the run's status now (a replayed
+        # KILLED would mark a resumed run dead while it trains); what it said becomes `status_before`.
+        closed = self.buffer.take("status")
+        self._closed_as = closed[-1]["status"] if closed else None
         self.flush()
         return self.run_id
 
@@ -163,13 +168,17 @@ class MlflowTracker:
         check_close_status(status)
         if self._args is None:
             return
+        delivered = False
         if self.flush():
             try:
                 self._client.set_terminated(self.run_id, status)
+                delivered = True
             except Exception as exc:
                 if not is_transient(exc):
                     raise
                 self._went_down(exc)
+        if not delivered:  # the status waits with the rest: a later flush, or the next job's open_run, has it
+            self.buffer.append({"kind": "status", "status": status})
         if self.buffer.path.exists():
             log.warning("%d tracking event(s) stay in %s; the next open_run of %s replays them",
                         len(self.buffer), self.buffer.path, self._args["run_key"])
@@ -235,7 +244,7 @@ class MlflowTracker:
         info = self._find_or_create(experiment_id, a["run_key"], a["run_name"] or a["run_key"], tags)
         run_id = info.run_id
         # A reopened run was FINISHED/FAILED/KILLED (a new one is RUNNING); the eval job puts it back on close.
-        self.status_before = info.status
+        self.status_before = self._closed_as if info.status == "RUNNING" and self._closed_as else info.status
         client.update_run(run_id, status="RUNNING")
         # The eval job reopens the run without a parent or views: keep those the training job set.
         before = read_run_file(self.run_dir)
@@ -293,6 +302,9 @@ class MlflowTracker:
         from mlflow.entities import Metric, Param, RunTag
 
         kind = event["kind"]
+        if kind == "status":
+            self._client.set_terminated(run_id, event["status"])
+            return
         if kind == "artifact":
             if not Path(event["path"]).exists():
                 log.warning("buffered artifact %s no longer exists; not logged", event["path"])

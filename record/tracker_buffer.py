@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from record.rundir import RunDir
+from record.rundir import RunDir, atomic_write
 
 log = logging.getLogger("record.tracker")
 
@@ -96,6 +96,14 @@ class OfflineBuffer:
             requests += 1
         self.clear()
         return requests
+
+    def take(self, kind: str) -> list[dict]:
+        """Remove the events of `kind` from the buffer (rewritten whole, atomically) and return them."""
+        events = self.events()
+        taken = [e for e in events if e["kind"] == kind]
+        if taken:
+            atomic_write(self.path, "".join(json.dumps(e, sort_keys=True) + "\n" for e in events if e["kind"] != kind))
+        return taken
 
     def clear(self) -> None:
         # Buffer first: a crash between the two leaves a ledger without a buffer, which is harmless.

@@ -107,11 +107,12 @@ def test_an_outage_loses_nothing_and_the_replay_logs_every_step_once(server, tmp
     assert time.monotonic() - t0 < 10, "an outage must not block the training loop on every call"
     assert len(tracker.buffer) == 12
     assert tracker.flush() is False  # still down: nothing lost, nothing raised
-    tracker.close()  # a warning, not an exception
+    tracker.close()  # a warning, not an exception; the status waits in the buffer too
+    assert len(tracker.buffer) == 13
 
     server.start()
     tracker.log_metrics({k: 1.5 for k in keys}, 15)  # inside retry_after_s: buffered, not tried
-    assert len(tracker.buffer) == 13
+    assert len(tracker.buffer) == 14
     assert tracker.flush() is True
     assert not tracker.buffer.path.exists()
     client = mlflow.MlflowClient(server.uri)
@@ -128,6 +129,39 @@ def test_an_outage_loses_nothing_and_the_replay_logs_every_step_once(server, tmp
     assert again.run_id == tracker.run_id and not again.buffer.path.exists()
     assert steps_of(client, tracker.run_id, "train/loss") == list(range(17))
     assert steps_of(client, tracker.run_id, "val/pass_at_1") == list(range(16))
+
+
+def test_a_close_during_an_outage_is_delivered_later_and_never_kills_a_resumed_run(server, tmp_path):
+    """The status a job closes with while the store is down waits in the buffer with its metrics: the same job's
+    later flush delivers it; a job that reopens the run takes it as `status_before` instead of replaying it (a
+    replayed KILLED would mark the resumed run dead while it trains)."""
+    client = mlflow.MlflowClient(server.uri)
+    first = open_cell(tmp_path / "a", server.uri, "close-a", retry_after_s=3600)
+    first.log_metrics({"train/loss": 0.5}, 1)
+    server.stop()
+    try:
+        first.log_metrics({"train/loss": 0.4}, 2)
+        first.close("FAILED")  # a warning: the store is down
+    finally:
+        server.start()
+    assert client.get_run(first.run_id).info.status == "RUNNING"  # nothing reached the store yet
+    assert first.flush() is True
+    assert client.get_run(first.run_id).info.status == "FAILED"
+    assert steps_of(client, first.run_id, "train/loss") == [1, 2]
+
+    preempted = open_cell(tmp_path / "b", server.uri, "close-b", retry_after_s=3600)
+    server.stop()
+    try:
+        preempted.log_metrics({"train/loss": 0.3}, 3)
+        preempted.close("KILLED")
+    finally:
+        server.start()
+    resumed = open_cell(tmp_path / "b", server.uri, "close-b")  # the requeued job, same run dir
+    assert resumed.run_id == preempted.run_id and resumed.status_before == "KILLED"
+    assert client.get_run(resumed.run_id).info.status == "RUNNING"  # training again, not marked dead
+    assert steps_of(client, resumed.run_id, "train/loss") == [3]
+    resumed.close("FINISHED")
+    assert client.get_run(resumed.run_id).info.status == "FINISHED"
 
 
 def test_a_job_that_starts_during_an_outage_opens_its_run_later(server, tmp_path):
