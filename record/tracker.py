@@ -325,6 +325,18 @@ class MlflowTracker:
         return {(key, m.step) for key in keys for m in self._client.get_metric_history(self.run_id, key)}
 
 
+def ensure_store(tracking_uri: str) -> None:
+    """Create a SQLite store (its schema, MLflow's migrations) once, before the jobs that log into it start: jobs
+    opening a fresh store at the same moment race on its schema, and they fail (32 of 32 measured,
+    tests/integration/test_tracking_concurrency.py). Other stores are the server's business."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return
+    from mlflow import MlflowClient
+
+    Path(tracking_uri[len("sqlite:///"):].split("?", 1)[0]).parent.mkdir(parents=True, exist_ok=True)
+    MlflowClient(tracking_uri=tracking_uri).search_experiments(max_results=1)
+
+
 def local_artifact_location(tracking_uri: str, experiment: str) -> str | None:
     """`<db dir>/mlartifacts/<experiment>` (a file URI) for a `sqlite:///` store, where MLflow would use
     `./mlruns` of the working directory; None for other stores (a server has its own artifact root)."""

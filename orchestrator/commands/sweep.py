@@ -126,6 +126,10 @@ def check_tracking(sweep: Sweep) -> None:
     if found:
         raise UserError("nothing written, nothing submitted: " + (found[0] if len(found) == 1 else "".join(
             f"\n  - {p}" for p in found)))
+    from record.tracker import default_tracking_uri, ensure_store
+
+    for uri in {c.config.tracking.tracking_uri or default_tracking_uri() for c in sweep.cells}:
+        ensure_store(uri)  # a fresh SQLite store made once here, not raced for by the first jobs
 
 
 SFT_STEP = re.compile(r"\[tiny-model\] sft step (\d+)/(\d+)")

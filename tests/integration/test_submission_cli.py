@@ -123,3 +123,19 @@ def test_the_local_executor_follows_the_sweep_to_the_end(tmp_path):
     assert all(j["executor"] == "local" for r in records.values() for j in r["jobs"])
     again = orchestrate("sweep", *args, cwd=tmp_path)
     assert again.returncode == 0 and "2 training(s)" not in again.stdout and "kept: 2 done" in again.stdout
+
+
+@pytest.mark.slow
+def test_a_sweep_makes_its_sqlite_store_before_any_job_opens_it(tmp_path):
+    """The first sweep into a new store: `orchestrate sweep` creates its schema before it submits, so the jobs
+    never race to create it (they fail when they do: tests/integration/test_tracking_concurrency.py). The probe
+    jobs log nothing: a store with MLflow's schema after the sweep was made by the orchestrator."""
+    import sqlite3
+
+    db = tmp_path / "store" / "mlflow.db"
+    args = [str(REPO / "sweeps" / "smoke.yaml"), f"sweep.output_root={tmp_path}", "--executor", "local",
+            "--poll", "1", f"tracking.tracking_uri=sqlite:///{db}", *PROBE]
+    done = orchestrate("sweep", *args, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    tables = {row[0] for row in sqlite3.connect(db).execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"alembic_version", "experiments", "runs", "metrics"} <= tables

@@ -73,3 +73,4 @@ def test_32_jobs_starting_on_a_fresh_sqlite_store_race_its_migrations(tmp_path, 
         assert found.lost == N * load.points
     else:
         assert found.lost == sum(o.failed_points for o in outcomes)
+
