@@ -64,6 +64,9 @@ def test_async_is_section_4_2():
     pairs = Counter((c.model.name_or_path, c.data.dataset) for c in cells)
     assert pairs == {("Qwen/Qwen2.5-7B", "math"): 15, ("Qwen/Qwen3-4B-Instruct-2507", "countdown"): 15}
     assert {c.eval.tasks for c in cells if c.data.dataset == "countdown"} == {("countdown",)}
+    # 4.2 tracks progress on MATH500, not the whole 5,000-problem MATH test (Pass@1 of 4.1).
+    assert Counter((c.data.dataset, c.data.val_split) for c in cells) == {("math", "math500"): 15,
+                                                                       ("countdown", "test"): 15}
     nodes = {c.config.model.name_or_path: c.resources.nodes for c in sweep.cells}
     assert nodes == {"Qwen/Qwen2.5-7B": 2, "Qwen/Qwen3-4B-Instruct-2507": 1}  # appendix B
 
