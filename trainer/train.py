@@ -180,7 +180,8 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
     sampler = BatchSampler(cfg, tokenizer, rollout, load_examples(cfg.data, "train"), dist, local_groups,
                            micro_groups * G)
     queue = RolloutQueue(cfg.rollout.async_level)
-    monitor = CollapseMonitor(CollapseConfig.from_dict(cfg.collapse))
+    # The detector's noise allowance for held-out accuracy needs the size of the set it is measured on.
+    monitor = CollapseMonitor(CollapseConfig.from_dict({"accuracy_samples": len(val_examples), **(cfg.collapse or {})}))
     ckpt_dir = ctx.run_dir / "checkpoints"
     state = checkpoint.restore(engine, ckpt_dir, dist.rank) or {"step": 0}
     monitor.load(state.get("collapse", {}))
