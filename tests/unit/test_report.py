@@ -45,7 +45,7 @@ def add_cell(sweep_dir: Path, axes: dict, *, blowup_at: int | None = None, score
         return key
     monitor = CollapseMonitor()
     for step in range(1, last_step + 1):  # KL flat, or far above 10x its early value from `blowup_at` on
-        kl = 5.0 if blowup_at is not None and step >= blowup_at else 0.02
+        kl = 50.0 if blowup_at is not None and step >= blowup_at else 0.02
         monitor.update(step, {"train/kl_k1": kl, "train/response_length": 10.0 + step, "train/loss": 0.1})
     tag = tag_for(last_step)
     write_json(run_dir / "checkpoints" / tag / "state.json", {"step": last_step, "collapse": monitor.state()})
