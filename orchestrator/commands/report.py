@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from orchestrator import report, report_async
+from orchestrator import report, report_async, report_late
 from orchestrator.cell_state import current_records, read_json, rows, run_config
 from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
 from orchestrator.identity import cell_name
@@ -64,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
     planned = read_manifest(sweep_dir).get("cells", [])
     blocks = report.document(sweep_dir.name, data, kls, report.coverage(data, planned), figures, notes)
     blocks += report_async.blocks(figures["async"])
+    at = next((i for i, b in enumerate(blocks) if b[0] == "h" and b[2].startswith("Training curves")), len(blocks))
+    blocks[at:at] = report_late.blocks(report_late.late_values([c for c in cells if report.finished(c["row"])]))
     (out / "report.md").write_text(report.render_markdown(blocks), encoding="utf-8")
     (out / "report.html").write_text(report.render_html(blocks, images, f"Sweep {sweep_dir.name}"), encoding="utf-8")
     for note in notes:
