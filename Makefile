@@ -34,6 +34,9 @@ synthetic: setup
 
 # The tiny-scale CPU study (docs/results.md): sweeps/tiny-study.yaml's 27 cells trained and evaluated (under an hour
 # on 2 cores), then its report into docs/results/. Cells already finished are kept: remove runs/tiny-study to rerun.
+# One thread per run: with torch's default threads, two runs side by side on a loaded 2-core machine took 20-47 s a
+# step instead of ~1 s (OpenMP threads spinning on oversubscribed cores; measured, docs/results.md).
+study: export OMP_NUM_THREADS = 1
 study: setup
 	$(BIN)/orchestrate sweep sweeps/tiny-study.yaml --watch
 	$(BIN)/orchestrate report sweeps/tiny-study.yaml --out docs/results
