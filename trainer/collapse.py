@@ -18,12 +18,13 @@ Calibration (issue 15). KL grows from exactly 0 in every RL run (the policy star
 relative to its early value alone calls every healthy run unstable (a 12-step smoke run: 0.005 -> 0.25 nats per
 sequence). The logged KL is per sequence (`train/kl_k1`: summed over a response's tokens), so it scales with the
 response length; the rule reads it per token (divided by the mean response length of the same step) against a
-floor of 0.05 nats/token: a blow-up is then above 0.5 nats/token, where healthy runs sit one to two orders of
-magnitude lower (the tiny study's runs, beta = 0 included: 0.01-0.05; docs/results.md) and a collapsed policy
-(Figures 3 and 4: accuracy to ~0, KL up by orders of magnitude) lies far above. Held-out accuracy is a sample
-mean over `accuracy_samples` problems (the trainer sets the validation split's size): a swing or a drop counts
-only beyond `noise_sigmas` standard errors of the difference of two such means, so the noise of a 64-problem
-validation set is not an oscillation (on MATH's 5,000 problems the allowance is ~0.03 and `swing_fraction` rules).
+floor of 0.05 nats/token: a blow-up is then above 0.5 nats/token, where no healthy run went (the tiny study's 27
+runs over 50 steps, K3 in the reward included: median 0.012, at most 0.13 nats/token; docs/results.md) and a
+collapsed policy (Figures 3 and 4: accuracy to ~0, KL up by orders of magnitude) lies far above. Held-out
+accuracy is a sample mean over `accuracy_samples` problems (the trainer sets the validation split's size): a swing
+or a drop counts only beyond `noise_sigmas` standard errors of the difference of two such means, so the noise of
+a 64-problem validation set is not an oscillation (on MATH's 5,000 problems the allowance is ~0.03 and
+`swing_fraction` rules).
 
 The worst finding wins; among equals, the earliest.
 """
