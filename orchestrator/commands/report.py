@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-from orchestrator import report
+from orchestrator import report, report_async, report_late
 from orchestrator.cell_state import current_records, rows, run_config
 from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
 from orchestrator.ledger import Ledger
@@ -45,9 +45,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else sweep_dir / "report"
     records = current_records(sweep_dir) if Ledger(sweep_dir).exists() else {}
     data = rows(records)
-    kls = {key: report.kl_settings(r["axes"], run_config(Path(r["run_dir"]))) for key, r in records.items()}
+    configs = {key: run_config(Path(r["run_dir"])) for key, r in records.items()}
+    kls = {key: report.kl_settings(records[key]["axes"], flat) for key, flat in configs.items()}
     histories, notes = read_histories(records)
-    cells = [{"row": r, "kl": kls[r["run_key"]], "history": histories[r["run_key"]]} for r in data]
+    cells = [{"row": r, "kl": kls[r["run_key"]], "history": histories[r["run_key"]],
+              "async_level": report_async.async_level(r["axes"], configs[r["run_key"]])} for r in data]
     out.mkdir(parents=True, exist_ok=True)
     images: dict[str, bytes] = {}
     figures = {"curves": [_save(plots().curves_figure(p), out, f"curves-{p['title']}", images, p["title"])
@@ -57,8 +59,14 @@ def run(args: argparse.Namespace) -> int:
     titles = {ctx: cell_name(ctx) or "every cell" for ctx in contexts}
     figures["scores"] = [_save(plots().scores_figure([s for s in scores if s["context"] == ctx], titles[ctx]), out,
                                f"scores-{titles[ctx]}", images, f"final mean@k: {titles[ctx]}") for ctx in contexts]
+    fig7 = report_async.async_panels(cells)
+    figures["async"] = [_save(plots().async_figure(fig7), out, "async-figure7", images,
+                              "Figure 7: held-out pass@1 by KL configuration and async level")] if fig7 else []
     planned = read_manifest(sweep_dir).get("cells", [])
     blocks = report.document(sweep_dir.name, data, kls, report.coverage(data, planned), figures, notes)
+    blocks += report_async.blocks(figures["async"])
+    at = next((i for i, b in enumerate(blocks) if b[0] == "h" and b[2].startswith("Training curves")), len(blocks))
+    blocks[at:at] = report_late.blocks(report_late.late_values([c for c in cells if report.finished(c["row"])]))
     (out / "report.md").write_text(report.render_markdown(blocks), encoding="utf-8")
     (out / "report.html").write_text(report.render_html(blocks, images, f"Sweep {sweep_dir.name}"), encoding="utf-8")
     for note in notes:

@@ -94,17 +94,35 @@ def test_a_fall_from_a_tiny_best_is_noise_not_collapse():
 
 
 def test_kl_blowup_is_unstable_when_brief_and_collapsed_when_sustained():
-    early = [(s, 0.01) for s in range(1, 6)]  # limit: 10 x 0.01 = 0.1
-    brief = early + [(6, 0.5), (7, 0.05), (8, 0.04)]
-    assert (detect({TRAIN_KL_K1: brief}).verdict, detect({TRAIN_KL_K1: brief}).step) == ("unstable", 6)
-    sustained = early + [(s, 0.5 * s) for s in range(6, 12)]
-    verdict = detect({TRAIN_KL_K1: sustained})
+    # Sequence KL over 10-token responses; early per-token KL 0.01 is below the floor: limit 10 x 0.05 = 0.5/token.
+    length = [(s, 10.0) for s in range(1, 12)]
+    early = [(s, 0.1) for s in range(1, 6)]
+    brief = early + [(6, 6.0), (7, 0.5), (8, 0.4)]
+    verdict = detect({TRAIN_KL_K1: brief, TRAIN_RESPONSE_LENGTH: length})
+    assert (verdict.verdict, verdict.step) == ("unstable", 6)
+    assert "train/kl_k1 per token" in verdict.reason and "0.6" in verdict.reason  # the value that crossed it
+    sustained = early + [(s, 5.0 * s) for s in range(6, 12)]
+    verdict = detect({TRAIN_KL_K1: sustained, TRAIN_RESPONSE_LENGTH: length})
     assert (verdict.verdict, verdict.step) == ("collapsed", 6)
 
 
 def test_kl_that_starts_at_zero_is_measured_from_the_floor():
     # The policy starts as the reference: KL is exactly 0 early on, and 0.05 later is ordinary growth.
     assert detect({TRAIN_KL_K1: [(s, 0.0) for s in range(5)] + [(s, 0.05) for s in range(5, 30)]}).verdict == "stable"
+
+
+def test_the_smoke_runs_healthy_kl_growth_is_stable_and_was_unstable_before_calibration():
+    # The issue's smoke run: 12 steps at lr 1e-4, KL per sequence 0.005 -> 0.25 over ~11-token responses.
+    kl = [(s, v) for s, v in enumerate([0.0, 0.005, 0.004, 0.006, 0.005, 0.02, 0.04, 0.07, 0.1, 0.14, 0.19, 0.25], 1)]
+    length = [(s, 11.0 + 0.1 * (s % 3)) for s in range(1, 13)]
+    assert detect({TRAIN_KL_K1: kl, TRAIN_RESPONSE_LENGTH: length}).verdict == "stable"
+    old = CollapseConfig(kl_per_token=False, kl_floor=0.01)  # the thresholds before issue 15
+    assert detect({TRAIN_KL_K1: kl, TRAIN_RESPONSE_LENGTH: length}, old).verdict == "unstable"
+
+
+def test_without_lengths_kl_is_judged_per_sequence():
+    verdict = detect({TRAIN_KL_K1: [(s, 0.1) for s in range(1, 6)] + [(6, 1.5)]})  # limit 10 x 0.1
+    assert (verdict.verdict, verdict.step) == ("unstable", 6) and "per token" not in verdict.reason
 
 
 def test_response_length_blowup_is_unstable():

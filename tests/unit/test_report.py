@@ -45,7 +45,7 @@ def add_cell(sweep_dir: Path, axes: dict, *, blowup_at: int | None = None, score
         return key
     monitor = CollapseMonitor()
     for step in range(1, last_step + 1):  # KL flat, or far above 10x its early value from `blowup_at` on
-        kl = 5.0 if blowup_at is not None and step >= blowup_at else 0.02
+        kl = 50.0 if blowup_at is not None and step >= blowup_at else 0.02
         monitor.update(step, {"train/kl_k1": kl, "train/response_length": 10.0 + step, "train/loss": 0.1})
     tag = tag_for(last_step)
     write_json(run_dir / "checkpoints" / tag / "state.json", {"step": last_step, "collapse": monitor.state()})
@@ -165,6 +165,10 @@ def test_the_command_writes_markdown_html_and_pngs(sweep, tmp_path, capsys):
     assert all(f"]({p})" in md for p in pngs) and page.count("data:image/png;base64,") == len(pngs)
     assert "| k3-reward-b0.1-s0 | training | running |" in md and "| k1-reward-b0.1 | tiny@4 | 0.65 ± 0.0707" in md
     assert "never opened an MLflow run" in md and "10 cells, 8 finished" in capsys.readouterr().out
+    # The end-of-training table, before the curves: finished cells only (the running k3-reward seed is not in it).
+    assert md.index("## End of training") < md.index("## Training curves")
+    assert "| k1-reward-b0.1 | K1 in reward | beta = 0.1 | 2 | 0.02 ± 0 (n=2) |" in md
+    assert "| k3-reward-b0.1 |" not in md.split("## End of training")[1].split("## Training curves")[0]
 
 
 def test_an_unreachable_store_falls_back_to_the_run_directories(sweep, tmp_path, capsys):

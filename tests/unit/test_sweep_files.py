@@ -10,7 +10,8 @@ import pytest
 from orchestrator.sweep import load_sweep
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
-COUNTS = {"onpolicy": 102, "offpolicy": 36, "async": 30, "correct-gradients": 12, "smoke": 2, "smoke-vllm": 2}
+COUNTS = {"onpolicy": 102, "offpolicy": 36, "async": 30, "correct-gradients": 12, "smoke": 2, "smoke-vllm": 2,
+          "tiny-study": 27}
 
 
 def configs(name: str):
@@ -64,8 +65,21 @@ def test_async_is_section_4_2():
     pairs = Counter((c.model.name_or_path, c.data.dataset) for c in cells)
     assert pairs == {("Qwen/Qwen2.5-7B", "math"): 15, ("Qwen/Qwen3-4B-Instruct-2507", "countdown"): 15}
     assert {c.eval.tasks for c in cells if c.data.dataset == "countdown"} == {("countdown",)}
+    # 4.2 tracks progress on MATH500, not the whole 5,000-problem MATH test (Pass@1 of 4.1).
+    assert Counter((c.data.dataset, c.data.val_split) for c in cells) == {("math", "math500"): 15,
+                                                                       ("countdown", "test"): 15}
     nodes = {c.config.model.name_or_path: c.resources.nodes for c in sweep.cells}
     assert nodes == {"Qwen/Qwen2.5-7B": 2, "Qwen/Qwen3-4B-Instruct-2507": 1}  # appendix B
+
+
+def test_tiny_study_is_section_4_1s_grid_on_the_tiny_model():
+    cells = configs("tiny-study")
+    kl = Counter((c.kl.estimator, c.kl.placement, c.kl.beta) for c in cells if c.kl.placement != "none")
+    assert len(kl) == 8 and set(kl.values()) == {3}  # K1/K3 x reward/loss x beta 0.3, 1; 3 seeds
+    assert sum(c.kl.placement == "none" and c.kl.beta == 0 for c in cells) == 3
+    assert {(c.model.name_or_path, c.rollout.engine, c.optim.batch_prompts, c.optim.minibatch_prompts)
+            for c in cells} == {("tiny", "hf", 32, 32)}
+    assert {c.seed for c in cells} == {0, 1, 2}
 
 
 def test_correct_gradients_is_section_4_3():
