@@ -32,7 +32,10 @@ BASELINE = "sqlite-local"
 def measure(store: str, uri: str, writers: int, load: Load, workdir: Path, fresh: bool = False) -> dict:
     from mlflow import MlflowClient
 
-    experiment = None if fresh else MlflowClient(uri).create_experiment(f"bench-{store}-{writers}")
+    from record.tracker import local_artifact_location
+
+    name = f"bench-{store}-{writers}"  # a SQLite store's artifacts beside it, not in ./mlruns
+    experiment = None if fresh else MlflowClient(uri).create_experiment(name, local_artifact_location(uri, name))
     outcomes, wall = run_writers(uri, experiment, writers, load, workdir)
     found = audit(uri, outcomes, load)
     return {"store": store, "writers": writers, "stored": found.stored, "seconds": wall,

@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from record.tracker import local_artifact_location
 from tests.support.tracking_load import Load, audit, run_writers
 from tests.support.tracking_server import TrackingServer
 
@@ -54,7 +55,8 @@ def test_32_writers_into_the_postgres_server_lose_nothing_and_double_nothing(ser
 def test_the_same_load_into_sqlite_is_counted_and_no_loss_is_silent(tmp_path, capsys):
     load = Load()
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    experiment = mlflow.MlflowClient(uri).create_experiment("concurrency")  # schema made before the jobs start
+    experiment = mlflow.MlflowClient(uri).create_experiment(  # schema made before the jobs start
+        "concurrency", artifact_location=local_artifact_location(uri, "concurrency"))
     outcomes, wall = run_writers(uri, experiment, N, load, tmp_path)
     found = audit(uri, outcomes, load)
     report(capsys, "sqlite (schema made first)", outcomes, found, wall)

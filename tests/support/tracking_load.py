@@ -51,6 +51,8 @@ def write(uri: str, experiment_id: str | None, writer: int, load: Load, start, a
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
 
+    from record.tracker import local_artifact_location
+
     out = Outcome(writer, status=STATUSES[writer % len(STATUSES)])
 
     def attempt(what, fn, points=0):
@@ -68,7 +70,9 @@ def write(uri: str, experiment_id: str | None, writer: int, load: Load, start, a
         client = MlflowClient(uri)
         if experiment_id is None:  # a cold start: every job finds (or makes) the store and experiment itself
             found = client.get_experiment_by_name("load")
-            experiment_id = found.experiment_id if found else client.create_experiment("load")
+            # a SQLite store's artifacts beside it, as the tracker puts them: never ./mlruns of the checkout
+            experiment_id = found.experiment_id if found else client.create_experiment(
+                "load", artifact_location=local_artifact_location(uri, "load"))
         out.run_id = client.create_run(experiment_id, run_name=f"writer-{writer}",
                                        tags={"writer": str(writer)}).info.run_id
     except Exception as exc:  # noqa: BLE001
