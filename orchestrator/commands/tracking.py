@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from orchestrator.commands.validate import console
+from orchestrator.console import console
 from record.errors import UserError
 
 EXAMPLES = """examples:

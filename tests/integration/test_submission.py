@@ -133,7 +133,7 @@ import os, signal, sys
 from pathlib import Path
 from orchestrator.submit import Options, SlurmBackend
 from orchestrator.sweep import load_sweep
-from orchestrator.watch import launch
+from orchestrator.launch import launch
 sweep_dir, when = Path(sys.argv[1]), sys.argv[2]
 sweep = load_sweep(sys.argv[3], sys.argv[4:])
 options = Options(executor="slurm", train_entry="orchestrator.jobs:probe_train",
