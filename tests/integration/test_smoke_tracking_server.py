@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tracking_server import TrackingServer
+from tests.support.tracking_server import server_fixture
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 mlflow = pytest.importorskip("mlflow")
@@ -24,12 +24,7 @@ def orchestrate(*args: str, cwd: Path, timeout: float) -> subprocess.CompletedPr
                           text=True, timeout=timeout)
 
 
-@pytest.fixture
-def server():
-    srv = TrackingServer("smoke")
-    srv.start()
-    yield srv
-    srv.stop()
+server = server_fixture("smoke", scope="function")
 
 
 def test_the_smoke_sweep_on_slurm_logs_every_cell_into_the_postgres_server(server, tmp_path):

@@ -14,19 +14,14 @@ import pytest
 
 from record.tracker import local_artifact_location
 from tests.support.tracking_load import Load, audit, run_writers
-from tests.support.tracking_server import TrackingServer
+from tests.support.tracking_server import server_fixture
 
 pytestmark = pytest.mark.slow
 mlflow = pytest.importorskip("mlflow")
 N = 32
 
 
-@pytest.fixture(scope="module")
-def server():
-    srv = TrackingServer("concurrency", workers=2)
-    srv.start()
-    yield srv
-    srv.stop()
+server = server_fixture("concurrency")
 
 
 def report(capsys, name: str, outcomes, found, wall: float) -> None:

@@ -16,19 +16,14 @@ import pytest
 
 from orchestrator.tracking_server import read_state, up
 from tests.support.tracking_job import KEYS
-from tests.support.tracking_server import TrackingServer
+from tests.support.tracking_server import server_fixture
 
 pytestmark = pytest.mark.slow
 mlflow = pytest.importorskip("mlflow")
 STEPS = 200
 
 
-@pytest.fixture(scope="module")
-def server():
-    srv = TrackingServer("faults", workers=1)
-    srv.start()
-    yield srv
-    srv.stop()
+server = server_fixture("faults", workers=1)
 
 
 def job(tmp_path: Path, uri: str, run_key: str, pace: float) -> tuple[subprocess.Popen, Path, Path]:

@@ -9,18 +9,13 @@ import sys
 import pytest
 
 from record.tracker import MlflowTracker
-from tests.support.tracking_server import TrackingServer
+from tests.support.tracking_server import server_fixture
 
 pytestmark = pytest.mark.slow
 mlflow = pytest.importorskip("mlflow")
 
 
-@pytest.fixture(scope="module")
-def server():
-    srv = TrackingServer("import", workers=1)
-    srv.start()
-    yield srv
-    srv.stop()
+server = server_fixture("import", workers=1)
 
 
 def sqlite_store(tmp_path) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.tracking_postgres import free_port
+
 
 class MlflowServer:
     """`mlflow server` on 127.0.0.1 in its own process group, so stop() ends it and every worker it spawned."""
@@ -21,9 +22,7 @@ class MlflowServer:
     def __init__(self, root: Path, backend_uri: str | None = None):
         self.root = root
         self.backend_uri = backend_uri or f"sqlite:///{root}/mlflow.db"
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
+        self.port = free_port()
         self.uri = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
 

@@ -10,6 +10,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from orchestrator.tracking_postgres import free_port
 from orchestrator.tracking_server import State, down, up
 
@@ -41,3 +43,17 @@ class TrackingServer:
         down(self.data_dir, say=lambda _: None)
         if remove:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def server_fixture(prefix: str, workers: int = 2, scope: str = "module"):
+    """A pytest fixture that brings a TrackingServer up for the tests of a module and down after them:
+    `server = server_fixture("faults")` at a test module's top level."""
+
+    @pytest.fixture(scope=scope)
+    def server():
+        srv = TrackingServer(prefix, workers=workers)
+        srv.start()
+        yield srv
+        srv.stop()
+
+    return server
