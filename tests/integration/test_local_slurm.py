@@ -140,6 +140,27 @@ def test_requeue_restarts_a_running_job_and_scancel_ends_it(tmp_path: Path) -> N
     assert wait_until_done([job]) == {job: "CANCELLED"}
 
 
+def test_a_watcher_in_partition_service_never_holds_a_cpu_a_training_job_needs(tmp_path: Path) -> None:
+    """Four long 1-CPU `service` jobs (sweeps' watchers) leave every machine CPU to `local`, whose jobs never spill
+    into the service CPUs: a training job as wide as the machine starts beside them, a wider one never starts."""
+    import os
+
+    cpus = os.cpu_count() or 1
+    watchers = [sbatch(tmp_path, f"watch{i}", "sleep 300", "-p", "service", "-c1", "--mem=50M") for i in range(4)]
+    try:
+        for job in watchers:
+            wait_for_squeue_state(job, "RUNNING")
+        train = sbatch(tmp_path, "train", "true", "-p", "local", f"-n{cpus}", "--mem=500M")
+        wider = sbatch(tmp_path, "wider", "true", "-p", "local", f"-n{cpus + 1}", "--mem=500M")
+        fifth = sbatch(tmp_path, "watch4", "true", "-p", "service", "-c1", "--mem=50M")
+        assert wait_until_done([train], timeout=60) == {train: "COMPLETED"}
+        time.sleep(6)  # one more scheduler pass (sched_interval=5)
+        queue = dict(line.split() for line in run("squeue", "-h", "-j", f"{wider},{fifth}", "-o", "%i %r").splitlines())
+        assert queue == {wider: "PartitionConfig", fifth: "Resources"}, queue
+    finally:
+        run("scancel", "-n", "watch0,watch1,watch2,watch3,watch4,wider,train")
+
+
 def test_up_again_is_a_fast_no_op_and_status_says_up(slurm_cluster) -> None:
     started = time.monotonic()
     up = subprocess.run([str(slurm_cluster.script), "up"], capture_output=True, text=True, timeout=60)
