@@ -95,11 +95,16 @@ def snapshot_code(sweep_dir: Path, repo: Path = REPO) -> Path:
 
 
 def setup_lines(code: Path | str) -> list[str]:
-    """Shell lines before the job's python: the snapshot first on sys.path, the working directory off it.
+    """Shell lines before the job's python: the snapshot first on sys.path, the working directory off it, and one
+    OpenMP thread per CPU Slurm gave the task (unless the user set OMP_NUM_THREADS). Without that, torch starts a
+    thread per core of the node, and two jobs side by side on 2 loaded cores took 20-47 s a step instead of ~1 s
+    (docs/results.md). Outside Slurm (the local executor) torch's default stays.
     (Not TQDM_DISABLE: vLLM 0.32 divides by a disabled bar's elapsed time, 0, and the evaluation dies.)"""
     code = shlex.quote(str(code))
     return [f"export PYTHONPATH={code}${{PYTHONPATH:+:$PYTHONPATH}}", "export PYTHONSAFEPATH=1",
-            f"export COMEDY_CODE={code}"]
+            f"export COMEDY_CODE={code}",
+            'if [ -z "${OMP_NUM_THREADS:-}" ] && [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then '
+            'export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK; fi']
 
 
 # --- parameters (pure) -----------------------------------------------------------------------------------------------

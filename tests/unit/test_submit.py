@@ -63,6 +63,18 @@ def test_a_job_imports_the_snapshot_even_when_started_in_the_working_tree(tmp_pa
     assert job.stdout.strip() == "snapshot", job.stderr
 
 
+@pytest.mark.parametrize(("given", "expected"), [
+    ({"SLURM_CPUS_PER_TASK": "3"}, "3"),  # one OpenMP thread per CPU Slurm gave the task
+    ({"SLURM_CPUS_PER_TASK": "3", "OMP_NUM_THREADS": "5"}, "5"),  # the user's choice wins
+    ({}, "unset"),  # outside Slurm, torch's default
+])
+def test_a_job_runs_one_openmp_thread_per_cpu_slurm_gave_it(tmp_path, given, expected):
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "SLURM_CPUS_PER_TASK")}
+    lines = [*setup_lines(tmp_path), 'echo "${OMP_NUM_THREADS:-unset}"']
+    job = subprocess.run(["bash", "-c", "\n".join(lines)], capture_output=True, text=True, env={**env, **given})
+    assert job.stdout.strip() == expected, job.stderr
+
+
 def test_multi_node_multi_gpu_resources_one_task_per_gpu():
     sweep = load_sweep(SWEEPS / "onpolicy.yaml")
     params = resources_params(sweep.profile, sweep.cells[0].resources)
