@@ -2,8 +2,9 @@
 
     evaluate(run_dir, tasks=None, step=None, force=False, limit=None) -> summary dict
 
-1. Resolve the target (eval/target.py): a run directory (or its run_key, or one of its checkpoints), or a plain
-   HF model directory. Settings come from the run's `eval` config (k, temperature, top_p, max_tokens, chat
+1. Resolve the target (eval/target.py): a run directory (or its run_key, or one of its checkpoints), a sweep's
+   baseline directory (its config's `model.name_or_path` itself, at step 0, nothing exported), or a plain HF model
+   directory. Settings come from the run's `eval` config (k, temperature, top_p, max_tokens, chat
    template, seeds); arguments override them.
 2. Skip every task whose marker `<run_dir>/eval/step_N/<task>.done.json` records the same settings and data
    (unless `force`). Then export the checkpoint to HF format (trainer/export.py), render the task YAMLs
@@ -43,7 +44,7 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
     tasks = _check_tasks(list(tasks or ev.tasks))
     step = _step(target, step)
     # A plain model has no run directory: its evaluation gets one of its own, laid out the same way.
-    home = RunDir(target.path if target.is_run else Path(out_dir or runs_root / "eval" / target.run_key))
+    home = RunDir(target.path if target.has_run_dir else Path(out_dir or runs_root / "eval" / target.run_key))
     root = home.eval_step(step)
     files = _data_files(tasks, Path(data_dir or data.default_data_dir()), root / "data")
     marks = {t: outcome.marker(root, t, settings, files[t]) for t in tasks}
@@ -55,7 +56,7 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
             f"skipped (--force re-runs it)")
     if not pending:
         return summary
-    model_dir = _model_dir(target, step, log)
+    model_dir = _model_dir(target, cfg, step, log)
     per_seed = _generate(model_dir, pending, files, settings, root, cfg, force, engine_args or {}, log)
     summary["run_id"] = outcome.log_to_run(target, cfg, pending, per_seed, settings, step, home, files,
                                           tracking_uri, experiment, model_dir)
@@ -66,7 +67,7 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
 
 
 def _run_config(target: Target):
-    if not target.is_run:
+    if not target.has_run_dir:
         return None
     from trainer.export import ExportError, load_run_config
 
@@ -130,10 +131,13 @@ def _data_files(tasks: list[str], data_dir: Path, scratch: Path) -> dict[str, Pa
     return files
 
 
-def _model_dir(target: Target, step: int, log) -> Path:
+def _model_dir(target: Target, cfg, step: int, log) -> Path:
+    from trainer.export import ExportError, base_model_path, export_hf
+
+    if target.kind == "baseline":  # the base model itself: the tiny model's build, or the hub name / path given
+        return Path(base_model_path(cfg))
     if not target.is_run:
         return target.path
-    from trainer.export import ExportError, export_hf
 
     if not RunDir(target.path).export_done(step).is_file():
         log(f"[eval] exporting checkpoint step {step} of {target.path} to Hugging Face format")

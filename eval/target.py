@@ -1,4 +1,5 @@
 """What `orchestrate eval X` evaluates: X is a run directory, a run_key, a checkpoint or export directory of a run,
+a sweep's baseline directory (a base model evaluated within the sweep: its `baseline.json`, orchestrator/baselines.py),
 or a plain Hugging Face model directory (a base model, evaluated outside any training run)."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class EvalError(UserError):
 
 @dataclass(frozen=True)
 class Target:
-    kind: str  # "run" (a training run directory) or "model" (a plain HF model directory)
+    kind: str  # "run" (a training run directory), "baseline" (a sweep's baseline directory) or "model" (HF directory)
     path: Path
     run_key: str  # the MLflow run's run_key tag: the training run's, or base-<hash> for a plain model
     step: int | None = None  # a checkpoint named by the target itself (checkpoints/step_N, export/step_N)
@@ -29,6 +30,11 @@ class Target:
     @property
     def is_run(self) -> bool:
         return self.kind == "run"
+
+    @property
+    def has_run_dir(self) -> bool:
+        """A directory with config.yaml, the evaluation's home: a training run's or a baseline's."""
+        return self.kind in ("run", "baseline")
 
 
 def run_key_of(run_dir: Path) -> str:
@@ -67,6 +73,8 @@ def resolve(target: str | Path, runs_root: Path = Path("runs")) -> Target:
         in_run = RunDir.of_step_dir(path)
         if in_run:
             return _as_run(in_run[0].path, in_run[1])
+        if RunDir(path).is_baseline() and RunDir(path).is_run():  # marked by the orchestrator: nothing trained
+            return Target("baseline", path, RunDir(path).run_key)
         if RunDir(path).is_run():
             return _as_run(path, None)
         if (path / "config.json").exists():

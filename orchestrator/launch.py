@@ -25,6 +25,8 @@ class LaunchReport:
     sbatch: int  # submissions made (one per array)
     kept: dict
     resolved: int  # intents of an earlier, interrupted orchestrator settled by job name
+    baselines: int = 0  # base-model evaluations submitted (orchestrator/baseline_jobs.py)
+    baselines_kept: dict | None = None
 
 
 def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_failed: bool = False) -> LaunchReport:
@@ -36,10 +38,22 @@ def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_faile
         resolved = settle_intents(ledger, backend, records)
         refresh(ledger, backend, records)
         todo = triage(records, list(cells), retry_failed)
+        snapshot: list[Path] = []
+
+        def code_once() -> Path:  # the snapshot and options only when something goes out
+            if not snapshot:
+                snapshot.append(snapshot_code(sweep_dir))
+                save_options(sweep_dir, options)
+            return snapshot[0]
+
+        from orchestrator.baseline_jobs import launch_baselines  # it submits through this module's refresh
+
+        baselines, baselines_kept, sbatch = launch_baselines(sweep, sweep_dir, backend, options, code_once,
+                                                             retry_failed)
         if not todo.train and not todo.eval:
-            return LaunchReport(sweep_dir, backend.kind, None, 0, 0, 0, todo.kept, resolved)
-        code, now = snapshot_code(sweep_dir), time.time()
-        save_options(sweep_dir, options)
+            return LaunchReport(sweep_dir, backend.kind, snapshot[0] if snapshot else None, 0, 0, sbatch, todo.kept,
+                                resolved, baselines, baselines_kept)
+        code, now = code_once(), time.time()
         params_eval = resources_params(sweep.profile, sweep.profile.eval)
         for key in (*todo.train, *todo.eval):
             cell = cells[key]
@@ -53,7 +67,6 @@ def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_faile
             note(record, "submit", f"{what} submitted by orchestrate sweep"
                  + (" --retry-failed" if key in todo.reopened else ""), now)
             records[key] = record
-        sbatch = 0
         if backend.kind == "slurm":
             plan = launch_plan(sweep, todo, backend.array_limit())
             for group in plan.train:  # the training array and the evaluation array chained on it
@@ -66,7 +79,7 @@ def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_faile
         else:
             ledger.save_all(records[k] for k in (*todo.train, *todo.eval))  # the local follower starts them
         return LaunchReport(sweep_dir, backend.kind, code, len(todo.train), len(todo.eval), sbatch, todo.kept,
-                            resolved)
+                            resolved, baselines, baselines_kept)
 
 
 def _axes(axes: tuple) -> dict:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from orchestrator.baselines import materialise_baselines
 from orchestrator.plan import Plan
 from orchestrator.sweep import REPO, Sweep
 from record.errors import UserError
@@ -68,6 +69,7 @@ def _materialise(sweep: Sweep, plan: Plan, sweep_dir: Path) -> Materialised:
                             f"edited by hand or is corrupt. Move that run dir away and run this again.")
         # Same run, other tracking settings: a resumed run keeps logging where it started.
         kept += 1
+    materialise_baselines(sweep.baselines, sweep_dir)
     atomic_write(sweep_dir / "manifest.json", json.dumps(manifest(sweep, plan, git_state()), indent=1) + "\n")
     return Materialised(sweep_dir, written, unchanged, kept)
 
@@ -86,6 +88,7 @@ def manifest(sweep: Sweep, plan: Plan, git: dict) -> dict:
                    "train_group": group_of[c.index]}
                   for c in sweep.cells if c.index in group_of],
         "duplicates_dropped": sweep.duplicates,
+        "baselines": [b.description() for b in sweep.baselines],
         "plan": plan.to_dict(),
         "git": git,
         "orchestrator_version": orchestrator_version(),

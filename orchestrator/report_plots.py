@@ -52,10 +52,11 @@ def curves_figure(panel: Mapping) -> Figure:
     return fig
 
 
-def scores_figure(entries: Sequence[Mapping], title: str) -> Figure:
+def scores_figure(entries: Sequence[Mapping], title: str, bases: Sequence[Mapping] = ()) -> Figure:
     """Figures 5-6: one panel per mean@k key; a group of bars per configuration (estimator and placement), one
     bar per beta at the mean over seeds, the whisker from the lowest to the highest seed, the relative change
-    against beta = 0 written over it; the beta = 0 mean as a dashed line across the panel."""
+    against beta = 0 written over it; the beta = 0 mean as a dashed line across the panel, and each base model's
+    mean@k (`bases`: orchestrator/report_base.py `references`) as a dotted one."""
     keys = results.mean_at_k_keys({e["key"] for e in entries})
     fig = Figure(figsize=(1.5 + (1.5 + 1.4 * _groups(entries)) * len(keys), 3.8), layout="constrained")
     axes = fig.subplots(1, len(keys), squeeze=False)[0]
@@ -80,8 +81,12 @@ def scores_figure(entries: Sequence[Mapping], title: str) -> Figure:
         ref = next((e for e in mine if e["beta"] == REFERENCE), None)
         if ref is not None:
             ax.axhline(ref["mean"], color="black", linestyle="--", linewidth=1, label=f"{REFERENCE} (mean)")
+        base = [b for b in bases if b["key"] == key]
+        for i, b in enumerate(base):
+            ax.axhline(b["mean"], color=colormaps["Set1"](i % 9), linestyle=":", linewidth=1.5, label=b["label"])
         ax.set_xticks(range(len(groups)), groups)
-        ax.set(title=results.short(key), ylabel="mean@k", ylim=(0, max([e["max"] for e in mine] + [0.01]) * 1.2))
+        top = max([e["max"] for e in mine] + [b["mean"] for b in base] + [0.01])
+        ax.set(title=results.short(key), ylabel="mean@k", ylim=(0, top * 1.2))
         ax.legend(fontsize="x-small")
     fig.suptitle(f"{title}: bars at the mean over seeds, whiskers min to max, % against beta = 0",
                  fontsize="medium")

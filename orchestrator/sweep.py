@@ -26,6 +26,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from orchestrator.baselines import Baseline, expand_baselines
 from orchestrator.config_tree import NotPlain, edit, has_interpolation, interpolated_paths, lookup, resolve_references
 from orchestrator.profile import SlurmProfile, SlurmResources, load_profile, resource_problems
 from orchestrator.sweep_spec import Axis, SweepSpec, _parser, parse_override_values
@@ -60,6 +61,7 @@ class Sweep:
     profile: SlurmProfile
     cells: tuple[Cell, ...]
     duplicates: int  # cells dropped because an earlier cell had the same run_key
+    baselines: tuple[Baseline, ...] = ()  # base models evaluated once (orchestrator/baselines.py)
 
     @property
     def name(self) -> str:
@@ -94,9 +96,10 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
         profile = load_profile(spec.profile, spec.slurm_overrides, problems)
         bases = _Bases(composer, groups, fixed, spec.name, profile.tracking_uri if profile else None)
         cells, duplicates = _expand(spec, bases, _group_keys(spec, dirs), profile, problems)
+        baselines = expand_baselines(spec.baselines, bases, problems)
     if problems:
         raise ConfigError(problems, str(path))
-    return Sweep(str(path), tuple(overrides), spec, profile, tuple(cells), duplicates)
+    return Sweep(str(path), tuple(overrides), spec, profile, tuple(cells), duplicates, baselines)
 
 
 # --- reading -----------------------------------------------------------------------------------------------------
@@ -189,7 +192,7 @@ def _spec(header: Any, default_name: str, problems: list[str]) -> SweepSpec | No
     try:
         if isinstance(header, Mapping):
             header = OmegaConf.to_container(OmegaConf.create(dict(header)), resolve=True)
-        return SweepSpec.from_dict(header, default_name)
+        return SweepSpec.from_dict(header, default_name, deferred=problems)
     except ConfigError as err:
         problems.extend(err.problems)
     except OmegaConfBaseException as err:
@@ -298,6 +301,11 @@ class _Bases:
         if choice not in self.cache:
             self.cache[choice] = self._make([*self.groups, *choice])
         return self.cache[choice]
+
+    def for_model(self, model: str) -> _Base | str:
+        """The base config with `model` chosen whatever the command line chose for it: a baseline's own model."""
+        groups = [g for g in self.groups if g.split("=", 1)[0].lstrip("+") != "model"]
+        return self._make([*groups, f"model={model}"])
 
     def fallback(self) -> _Base | str:
         """The sweep file's own group choices with the command line's fixed edits (no group overrides)."""

@@ -90,6 +90,15 @@ def _first_line(err: Exception) -> str:
 
 
 @dataclass(frozen=True)
+class BaselineEntry:
+    """One entry of `sweep.baselines`: its place in the list and its (key, value) pairs, `model` first, then the
+    `eval.*` settings in key order, e.g. (("model", "qwen2.5-7b"), ("eval.chat_template", False))."""
+
+    index: int
+    settings: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
 class SweepSpec:
     """The `sweep:` header: cells = union over `grid` blocks of (product of `axes` x the block's axes) x `seeds`."""
 
@@ -100,15 +109,19 @@ class SweepSpec:
     profile: str = "local"
     slurm_overrides: dict = field(default_factory=dict)
     output_root: str = "runs"
+    # Evaluations of base models, run once per sweep (orchestrator/baselines.py).
+    baselines: tuple[BaselineEntry, ...] = ()
 
     @classmethod
-    def from_dict(cls, data: Any, default_name: str) -> SweepSpec:
+    def from_dict(cls, data: Any, default_name: str, deferred: list[str] | None = None) -> SweepSpec:
+        """The header, checked; ConfigError with every problem. With `deferred`, the baselines' problems go there
+        instead (their bad entries left out), so the caller reports them with the cells' (orchestrator/sweep.py)."""
         problems: list[str] = []
         if data is None:
             data = {}
         if not isinstance(data, Mapping):
             raise_if([f"sweep: {data!r} is not a mapping; see sweeps/README.md"], "sweep")
-        valid = ("name", "seeds", "axes", "grid", "slurm", "output_root")
+        valid = ("name", "seeds", "axes", "grid", "slurm", "output_root", "baselines")
         problems += [f"sweep.{k}: unknown key; valid: {', '.join(valid)}" for k in data if k not in valid]
         name = data.get("name", default_name)
         sv.job_name(problems, "sweep.name", name, "it names a directory and the Slurm jobs")
@@ -121,8 +134,9 @@ class SweepSpec:
         profile, overrides = _slurm(data.get("slurm", {}), problems)
         root = data.get("output_root", "runs")
         sv.file_path(problems, "sweep.output_root", root, "the directory of the run dirs and the Slurm logs")
+        baselines = _baselines(data.get("baselines", []), problems if deferred is None else deferred)
         raise_if(problems, "sweep")
-        return cls(name, seeds, axes, grid, profile, overrides, root)
+        return cls(name, seeds, axes, grid, profile, overrides, root, baselines)
 
     def with_axis(self, axis: Axis) -> SweepSpec:
         """The command line's last word on an axis (Hydra's precedence): replace it wherever it appears,
@@ -144,7 +158,9 @@ class SweepSpec:
                 "axes": {a.key: a.text for a in self.axes},
                 "grid": [{a.key: a.text for a in block} for block in self.grid],
                 "slurm": {"profile": self.profile, "overrides": self.slurm_overrides},
-                "output_root": self.output_root}
+                "output_root": self.output_root,
+                "baselines": [{k: list(v) if isinstance(v, tuple) else v for k, v in entry.settings}
+                              for entry in self.baselines]}
 
 
 def _seeds(raw: Any, problems: list[str]) -> tuple[int, ...]:
@@ -196,3 +212,43 @@ def _slurm(raw: Any, problems: list[str]) -> tuple[str, dict]:
                         f"{{time_min: 600}}")
         overrides = {}
     return profile, dict(overrides)
+
+
+BASELINE_KEYS = "model (a config group option) and eval.* settings (e.g. eval.chat_template: false)"
+
+
+def _baselines(raw: Any, problems: list[str]) -> tuple[BaselineEntry, ...]:
+    """`sweep.baselines`: a list of {model: OPTION, eval.KEY: VALUE, ...}, each one evaluation of a base model.
+    Values are plain YAML (a list is one value), not sweep syntax: a baseline is one evaluation, not a grid."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.append(f"sweep.baselines: {raw!r}; give a list of {{model: OPTION, eval.KEY: VALUE}}, e.g. "
+                        f"[{{model: qwen2.5-7b}}, {{model: qwen2.5-7b, eval.chat_template: false}}]")
+        return ()
+    out, seen = [], {}
+    for i, entry in enumerate(raw):
+        where = f"sweep.baselines[{i}]"
+        if not isinstance(entry, Mapping):
+            problems.append(f"{where}: {entry!r} is not a mapping; give {{model: OPTION, eval.KEY: VALUE}}")
+            continue
+        bad = [k for k in entry if not isinstance(k, str) or (k != "model" and not (k.startswith("eval.")
+                                                                                    and len(k) > 5))]
+        problems += [f"{where}.{k}: unknown key; a baseline sets {BASELINE_KEYS}" for k in bad]
+        model = entry.get("model")
+        if not isinstance(model, str) or not model:
+            problems.append(f"{where}.model: {model!r}; name the model's config group option, e.g. qwen2.5-7b "
+                            f"(sweeps/conf/model/)")
+        problems += [f"{where}.{k}: {v!r} is a mapping; give the value of one eval setting" for k, v in entry.items()
+                     if isinstance(v, Mapping)]
+        if bad or not isinstance(model, str) or any(isinstance(v, Mapping) for v in entry.values()):
+            continue
+        pairs = (("model", model), *sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in entry.items()
+                                           if k != "model"))
+        same = seen.get(repr(pairs))
+        if same is not None:
+            problems.append(f"{where}: the same baseline as sweep.baselines[{same}]; give each evaluation once")
+            continue
+        seen[repr(pairs)] = i
+        out.append(BaselineEntry(i, pairs))
+    return tuple(out)

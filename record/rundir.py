@@ -2,6 +2,8 @@
 
     <sweep_dir>/<run_key>/                  one cell (the run_key is the directory's name)
         config.yaml                         the resolved run config: the only input of its jobs (orchestrator)
+        baseline.json                       only in <sweep_dir>/baselines/<key>/: a base model's evaluation, no
+                                            training; eval evaluates model.name_or_path itself (orchestrator)
         checkpoints/step_NNNNNN/            DeepSpeed's shards, rng_rank{r}.pt, queue_rank{r}.pt (trainer)
         checkpoints/step_NNNNNN/state.json  our state: step, run key, collapse history (trainer)
         checkpoints/latest.json             {"tag", "step"} of the last whole checkpoint, written last (trainer)
@@ -95,6 +97,14 @@ class RunDir:
 
     def is_run(self) -> bool:
         return self.config.exists()
+
+    @property
+    def baseline(self) -> Path:
+        """The marker of a baseline's run dir (orchestrator/baselines.py): evaluate the base model, train nothing."""
+        return self.path / "baseline.json"
+
+    def is_baseline(self) -> bool:
+        return self.baseline.exists()
 
     # --- the trainer's ---
     @property

@@ -7,7 +7,8 @@ import re
 import sys
 from pathlib import Path
 
-from orchestrator import report, report_async, report_late
+from orchestrator import report, report_async, report_base, report_late
+from orchestrator.baseline_state import baseline_rows, current_baselines
 from orchestrator.cell_state import current_records, rows, run_config
 from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
 from orchestrator.ledger import Ledger
@@ -25,7 +26,8 @@ line per beta: the mean over seeds, a band from the lowest seed to the highest, 
 (each cell's mlflow_run.json); a cell without one, or a store that cannot be reached, is drawn from its run
 directory instead (the checkpoint's collapse history: KL, length, held-out pass@1; and the last logged step),
 and the report says so. Final mean@k per task with its seed spread and its relative change against the beta = 0
-cell of the same model (eval_result.json); Table 1's behaviour column from the collapse verdicts
+cell of the same model (eval_result.json), each base model's mean@k (sweep.baselines) a dotted line beside them and
+in a table of its own; Table 1's behaviour column from the collapse verdicts
 (verdict.json); cells still running, failed, not evaluated or never submitted are listed with why."""
 
 
@@ -57,13 +59,16 @@ def run(args: argparse.Namespace) -> int:
     scores = report.final_scores(data, kls)
     contexts = list(dict.fromkeys(s["context"] for s in scores))
     titles = {ctx: cell_name(ctx) or "every cell" for ctx in contexts}
-    figures["scores"] = [_save(plots().scores_figure([s for s in scores if s["context"] == ctx], titles[ctx]), out,
+    bases = baseline_rows(current_baselines(sweep_dir))
+    figures["scores"] = [_save(plots().scores_figure([s for s in scores if s["context"] == ctx], titles[ctx],
+                                                     report_base.references(bases, ctx)), out,
                                f"scores-{titles[ctx]}", images, f"final mean@k: {titles[ctx]}") for ctx in contexts]
     fig7 = report_async.async_panels(cells)
     figures["async"] = [_save(plots().async_figure(fig7), out, "async-figure7", images,
                               "Figure 7: held-out pass@1 by KL configuration and async level")] if fig7 else []
     planned = read_manifest(sweep_dir).get("cells", [])
     blocks = report.document(sweep_dir.name, data, kls, report.coverage(data, planned), figures, notes)
+    blocks += report_base.blocks(bases)
     blocks += report_async.blocks(figures["async"])
     at = next((i for i, b in enumerate(blocks) if b[0] == "h" and b[2].startswith("Training curves")), len(blocks))
     blocks[at:at] = report_late.blocks(report_late.late_values([c for c in cells if report.finished(c["row"])]))

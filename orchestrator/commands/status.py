@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.table import Table
 
 from orchestrator import results
+from orchestrator.baseline_state import baseline_rows, current_baselines
 from orchestrator.cell_state import current_records, rows
 from orchestrator.console import console
 from orchestrator.sweep_tracking import links
@@ -31,7 +32,9 @@ holds, each eval task's mean@k (tiny@4 = eval/tiny/mean_at_4, from eval_result.j
 row per configuration (the axes without the seed): each task's mean@k and the final reward as mean ± sd (sample
 standard deviation) over the seeds that have it, and the seeds counted by verdict. Columns that do not fit the
 terminal are left out, named under the table; --json gives every field, each row with its configuration's
-"summary" (mean, sd, min, max, n per metric; verdict counts)."""
+"summary" (mean, sd, min, max, n per metric; verdict counts). A sweep with baselines (sweep.baselines: base
+models evaluated once) shows them in a table of their own: model, chat template, state, each task's mean@k;
+in --json they follow the cells, each with "baseline": true."""
 
 METRICS = ("train/reward_mean", "train/kl_k1", "val/pass_at_1", "train/response_length")  # shown when present
 
@@ -140,15 +143,35 @@ def _spread(stats: dict, seeds: int) -> str:
     return text if stats["n"] == seeds else f"{text} n={stats['n']}"
 
 
+def baselines_table(data: list[dict], width: int = 240) -> Table:
+    """The base models evaluated once (sweep.baselines): state and each task's mean@k."""
+    evals = results.mean_at_k_keys({k for row in data for k in row["eval"]})
+    columns = [("baseline", [r["name"] for r in data], 0),
+               ("model", [r["name_or_path"] or "-" for r in data], 3),
+               ("chat template", ["on" if r["chat_template"] else "off" for r in data], 2),
+               ("state", [r["state"] for r in data], 1),
+               ("job", [r["job_id"] or "-" for r in data], 5),
+               *((results.short(e), [_num(r["eval"].get(e)) for r in data], 1) for e in evals),
+               ("why", [r["reason"] or "" for r in data], 4)]
+    return _fitted(f"{len(data)} baselines (base models, evaluated once)", columns, width, flexible="why")
+
+
+def all_rows(sweep_dir: Path) -> list[dict]:
+    """The cells' rows, then the baselines' (each with "baseline": true)."""
+    return rows(current_records(sweep_dir)) + baseline_rows(current_baselines(sweep_dir))
+
+
 def render(sweep_dir: Path, width: int) -> Group:
     data = rows(current_records(sweep_dir))
-    return Group(table(sweep_dir, data, width), summary_table(data, width))
+    parts = [table(sweep_dir, data, width), summary_table(data, width)]
+    bases = baseline_rows(current_baselines(sweep_dir))
+    return Group(*parts, *([baselines_table(bases, width)] if bases else []))
 
 
 def run(args: argparse.Namespace) -> int:
     sweep_dir, out = sweep_dir_of(args.sweep, args.overrides), console()
     if args.json:
-        print(json.dumps(rows(current_records(sweep_dir)), indent=1, default=str))
+        print(json.dumps(all_rows(sweep_dir), indent=1, default=str))
         return 0
     if not args.watch:
         out.print(render(sweep_dir, out.width))

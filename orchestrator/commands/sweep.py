@@ -108,14 +108,29 @@ def run(args: argparse.Namespace) -> int:
                   f"alone in {report.sbatch} sbatch call(s); kept: {kept}")
     else:
         out.print(f"local executor: {report.train} training(s) and {report.eval} evaluation(s) queued; kept: {kept}")
+    if sweep.baselines:
+        kept_b = ", ".join(f"{n} {why}" for why, n in sorted((report.baselines_kept or {}).items())) or "none"
+        out.print(f"baselines: {report.baselines} evaluation(s) of a base model submitted; kept: {kept_b}")
     if report.code:
         out.print(f"code snapshot: {report.code}")
     if backend.kind == "local" or args.watch:
         poll = args.poll or (30.0 if backend.kind == "slurm" else 5.0)
-        return follow(sweep_dir, backend, args.max_retries, poll, args.timeout,
+        code = follow(sweep_dir, backend, args.max_retries, poll, args.timeout,
                       parallelism=sweep.profile.array_parallelism, out=out)
+        return max(code, wait_for_baselines(sweep, sweep_dir, backend, poll, args.timeout, out))
     out.print(f"follow it: orchestrate status {sweep_dir}   |   resubmit failures: orchestrate watch {sweep_dir}")
     return 0
+
+
+def wait_for_baselines(sweep: Sweep, sweep_dir, backend, poll: float, timeout: float | None, out: Console) -> int:
+    """Local executor: the baselines' jobs run in this process's executor, so it waits for them too."""
+    if backend.kind != "local" or not sweep.baselines:
+        return 0
+    from orchestrator.baseline_jobs import wait_baselines
+
+    states = wait_baselines(sweep_dir, backend, min(poll, 5.0), timeout)
+    out.print("baselines: " + ", ".join(f"{key} {state}" for key, state in sorted(states.items())))
+    return 0 if all(state == "done" for state in states.values()) else 1
 
 
 def check_tracking(sweep: Sweep) -> None:
