@@ -34,7 +34,7 @@ class Row:
     decided: str
     finished: str  # "1/1", or "0/1 (cancelled by the user, as asked)"
     metrics_equal: str  # "yes" | "no" | "n/a (...)"
-    jobs: str  # "2 (0 duplicate)"
+    jobs: str  # "2 train + 1 eval (0 duplicate)"
     steps: str  # "0 / 0 (MLflow 8 steps x 14 keys; run dir logged_step 8)"
     seconds: float = 0.0
 
@@ -74,9 +74,9 @@ def metric_columns(run_dir: Path, reference: dict) -> tuple[str, str, int, int]:
         duplicate, lost
 
 
-def job_counts(records: list[dict], since: float) -> tuple[int, int, int]:
-    """(jobs in the ledger, duplicates, restarts) of cells' records: a duplicate is a second Slurm job under a name
-    the ledger gave one attempt; restarts are Slurm's requeues of a job in place (same id, sacct -D rows)."""
+def job_counts(records: list[dict], since: float) -> tuple[str, int]:
+    """("1 train + 1 eval (0 duplicate)", duplicates) of cells' records. A duplicate is a second Slurm job under a
+    name the ledger gave one attempt; requeues of a job in place (same id) are counted from sacct -D apart."""
     import subprocess
 
     from orchestrator.slurm_query import find_by_names
@@ -84,14 +84,15 @@ def job_counts(records: list[dict], since: float) -> tuple[int, int, int]:
     jobs = [j for r in records for j in r["jobs"]]
     names = sorted({j["name"] for j in jobs})
     found = find_by_names(names, since)
-    ledger_ids = {j["job_id"] for j in jobs if j["job_id"]}
     duplicate = sum(max(0, len({row.job_id for row in found.get(n, [])}) - 1) for n in names)
+    ids = {kind: sorted({j["job_id"] for j in jobs if j["job_id"] and j["kind"] == kind}) for kind in ("train", "eval")}
     restarts = 0
-    for job_id in sorted(ledger_ids):
+    for job_id in ids["train"]:
         out = subprocess.run(["sacct", "-j", job_id, "-X", "-D", "-n", "-P", "-o", "JobID"], capture_output=True,
                              text=True).stdout.split()
         restarts += max(0, len(out) - 1)
-    return len(ledger_ids), duplicate, restarts
+    requeued = f", {restarts} requeued in place" if restarts else ""
+    return f"{len(ids['train'])} train + {len(ids['eval'])} eval ({duplicate} duplicate{requeued})", duplicate
 
 
 def decisions(record: dict) -> str:
@@ -103,13 +104,11 @@ def decisions(record: dict) -> str:
 
 def probe_row(rid: str, fault: str, injected: str, record: dict, since: float, finished: str, seconds: float) -> Row:
     """The row of a probe cell (orchestrator.jobs:probe_train logs no metrics): jobs and decisions only."""
-    n_jobs, duplicate, restarts = job_counts([record], since)
+    jobs, _ = job_counts([record], since)
     latest = Path(record["run_dir"]) / "checkpoints" / "latest.json"
     step = json.loads(latest.read_text())["step"] if latest.exists() else "none"
-    requeued = f", {restarts} requeued in place" if restarts else ""
-    return write(Row(rid, fault, injected, decisions(record), finished, "n/a (probe job, no metrics)",
-                     f"{n_jobs} ({duplicate} duplicate{requeued})", f"n/a (probe; last checkpoint step {step})",
-                     seconds))
+    return write(Row(rid, fault, injected, decisions(record), finished, "n/a (probe job, no metrics)", jobs,
+                     f"n/a (probe; last checkpoint step {step})", seconds))
 
 
 def write(row: Row) -> Row:

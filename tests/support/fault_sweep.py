@@ -106,10 +106,11 @@ class FaultSweep:
     def wait_for_state(self, job_id: str, states: set[str], timeout_s: float = 120.0) -> str:
         deadline = time.monotonic() + timeout_s
         while True:
-            out = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"], capture_output=True,
-                                 text=True).stdout.split()
-            if out and out[-1] in states:
-                return out[-1]
+            lines = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"], capture_output=True,
+                                   text=True).stdout.splitlines()
+            out = lines[-1].split()[:1] if lines else []  # "CANCELLED by 0" -> "CANCELLED"
+            if out and out[0] in states:
+                return out[0]
             assert time.monotonic() < deadline, f"job {job_id} not in {states} after {timeout_s}s: {out}"
             time.sleep(0.5)
 
