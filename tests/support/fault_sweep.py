@@ -92,7 +92,7 @@ class FaultSweep:
         """The cell's latest training attempt in the ledger (job_id, state, stdout, ...)."""
         return latest(self.record(), "train")
 
-    def wait_for_checkpoint(self, step: int, timeout_s: float = 300.0) -> None:
+    def wait_for_checkpoint(self, step: int, timeout_s: float = 900.0) -> None:
         latest_json, deadline = self.run_dir / "checkpoints" / "latest.json", time.monotonic() + timeout_s
         while True:
             try:
