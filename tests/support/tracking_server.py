@@ -6,14 +6,16 @@ is 0700): the data directory goes under a fresh /tmp directory that others may e
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
 import pytest
 
 from orchestrator.tracking_postgres import free_port
-from orchestrator.tracking_server import State, down, up
+from orchestrator.tracking_server import State, down, read_state, up
 
 
 def open_tmp_dir(prefix: str) -> Path:
@@ -57,3 +59,10 @@ def server_fixture(prefix: str, workers: int = 2, scope: str = "module"):
         srv.stop()
 
     return server
+
+
+def kill_mlflow(data_dir: Path) -> None:
+    """SIGKILL the server's mlflow process group, as a crash (PostgreSQL stays up)."""
+    pid = read_state(data_dir).mlflow_pid
+    os.killpg(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)  # our child (the fixture started it): no zombie that looks alive

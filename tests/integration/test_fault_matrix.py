@@ -1,0 +1,233 @@
+"""The fault matrix (docs/reliability.md), the rows whose cell trains for real: each injects one fault into a
+sweep cell training the tiny model under DeepSpeed ZeRO-3 on the local Slurm cluster, lets the orchestrator
+handle it, and measures the row (tests/support/fault_row.py) against an undisturbed run of the same cell:
+0 runs lost, 0 duplicate jobs, 0 duplicate metric steps, the metric histories equal.
+
+Slow (a real job each, on 2 shared cores): marked `reliability`, run by `make reliability`, not by plain pytest.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.tracking_server import up
+from tests.support.fault_row import Row, decisions, histories, job_counts, metric_columns, write
+from tests.support.fault_sweep import REAL, REAL_CELL, FaultSweep, job_environment
+from tests.support.tracking_server import kill_mlflow, server_fixture
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.fault_matrix, pytest.mark.reliability]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict:
+    """The undisturbed run of the cell every row disturbs: its MLflow histories (timings left out)."""
+    job_environment()
+    fs = FaultSweep(tmp_path_factory.mktemp("reference"), tuple(REAL_CELL), REAL)
+    try:
+        fs.launch()
+        record = fs.follow(max_retries=0)
+    finally:
+        fs.cancel_leftovers()
+    assert record["final"]["status"] == "completed", record["decisions"]
+    return histories(fs.run_dir)
+
+
+@pytest.fixture
+def cell(tmp_path):
+    made = []
+
+    def _make(**kwargs) -> FaultSweep:
+        job_environment()
+        fs = FaultSweep(tmp_path, tuple(REAL_CELL), REAL, **kwargs)
+        made.append(fs)
+        return fs
+
+    yield _make
+    for fs in made:
+        fs.cancel_leftovers()
+
+
+def measured(rid: str, fault: str, injected: str, fs: FaultSweep, reference: dict, started: float) -> Row:
+    """The row of a cell that must end trained, with every metric step once and equal to the undisturbed run."""
+    record = fs.record()
+    equal, steps, duplicate_steps, lost = metric_columns(fs.run_dir, reference)
+    jobs, duplicate_jobs = job_counts([record], fs.started)
+    finished = record["final"]["status"] == "completed"
+    row = write(Row(rid, fault, injected, decisions(record), "1/1" if finished else "0/1", equal, jobs, steps,
+                    time.monotonic() - started))
+    assert (finished, equal, duplicate_jobs, duplicate_steps, lost) == (True, "yes", 0, 0, 0), row
+    return row
+
+
+def job_log(job: dict) -> str:
+    return "".join(Path(job[k]).read_text(errors="replace") for k in ("stdout", "stderr")
+                   if job.get(k) and Path(job[k]).exists())
+
+
+# --- the checkpoint disk full during a save ------------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """mount(path, size) -> a size-limited tmpfs at `path`; unmounted afterwards. Skips where mounting is refused."""
+    mounted = []
+
+    def mount(path: Path, size: str) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            pytest.skip(f"cannot mount a size-limited tmpfs here ({proc.stderr.strip()}); needs root or "
+                        f"CAP_SYS_ADMIN (mount -t tmpfs)")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def fill(path: Path, leave: int) -> Path:
+    """Fill the filesystem of `path` up to `leave` free bytes with one file; returns it."""
+    filler = path / "filler"
+    free = shutil.disk_usage(path).free
+    subprocess.run(["fallocate", "-l", str(max(free - leave, 1)), str(filler)], check=True)
+    return filler
+
+
+def test_disk_full_during_a_save_keeps_the_previous_checkpoint_and_names_the_disk(cell, reference, small_disk):
+    started = time.monotonic()
+    fs = cell()
+    disk = small_disk(fs.run_dir / "checkpoints", "64m")
+    fs.launch()
+    fs.wait_for_checkpoint(2)
+    filler = fill(disk, leave=64 * 1024)  # the next save (step 4) does not fit
+    seen = {}
+
+    def free_the_disk_after_the_failure(records):
+        first = [j for j in records[fs.key]["jobs"] if j["kind"] == "train"][0]
+        if first["state"] == "FAILED" and filler.exists():
+            seen.update(log=job_log(first), latest=json.loads((disk / "latest.json").read_text()))
+            filler.unlink()  # the user frees the disk; the resubmission resumes from step 2
+
+    record = fs.follow(on_poll=free_the_disk_after_the_failure)
+    assert "could not be written" in seen["log"] and f"mounted at {disk}" in seen["log"], seen["log"][-3000:]
+    assert seen["latest"]["step"] == 2  # the previous checkpoint stayed in force
+    first, second = [j for j in record["jobs"] if j["kind"] == "train"]
+    assert first["state"] == "FAILED" and second["state"] == "COMPLETED"
+    measured("disk-full", "checkpoint disk full during a save",
+             "checkpoints/ on a 64 MiB tmpfs, filled to 64 KiB free after the step-2 checkpoint; freed after the "
+             "job failed", fs, reference, started)
+
+
+# --- a torn or corrupt latest checkpoint ---------------------------------------------------------------------------
+
+def test_a_torn_latest_checkpoint_falls_back_to_the_previous_one_and_says_so(cell, reference):
+    started = time.monotonic()
+    fs = cell()
+    fs.launch()
+    fs.wait_for_checkpoint(4)
+    job = fs.train_job()
+    subprocess.run(["scancel", "--signal=KILL", job["job_id"]], check=True)
+    fs.wait_for_state(job["job_id"], {"CANCELLED", "FAILED"})
+    tag = json.loads((fs.run_dir / "checkpoints" / "latest.json").read_text())["tag"]
+    shard = next((fs.run_dir / "checkpoints" / tag).glob("*model_states.pt"))
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])  # half-written
+
+    record = fs.follow()
+    resumed = job_log([j for j in record["jobs"] if j["kind"] == "train"][-1])
+    assert f"{tag} in" in resumed and "is unusable" in resumed and "resuming from step_" in resumed, resumed[-3000:]
+    measured("corrupt-checkpoint", "latest checkpoint torn (half-written shard)",
+             f"job SIGKILLed, then {shard.name} of the latest checkpoint ({tag}) cut to half its size", fs,
+             reference, started)
+
+
+# --- the time limit, with the warning signal in time and without it ------------------------------------------------
+
+def test_the_warning_signal_in_time_checkpoints_and_requeues_in_place(cell, reference):
+    started = time.monotonic()
+    fs = cell()
+    fs.launch()
+    fs.wait_for_checkpoint(2)
+    job = fs.train_job()
+    # Slurm sends USR2 `signal_delay_s` before the limit, checked every ~30 s: sent here at a known moment.
+    subprocess.run(["scancel", "--signal=USR2", job["job_id"]], check=True)
+    record = fs.follow()
+    assert len([j for j in record["jobs"] if j["kind"] == "train"]) == 1  # the same job, requeued by itself
+    measured("timeout-signal", "time limit, warning signal (USR2) in time",
+             "scancel --signal=USR2 (what --signal=USR2@delay sends before the limit) after step 2", fs, reference,
+             started)
+
+
+def test_the_time_limit_without_a_warning_resumes_from_the_last_periodic_checkpoint(cell, reference):
+    started = time.monotonic()
+    fs = cell()
+    fs.launch()
+    fs.wait_for_checkpoint(2)
+    job = fs.train_job()
+    # The limit cut to one minute while the job runs: it is over it at once, with no USR2 before (its lead time
+    # has already passed); Slurm ends it with SIGTERM, KillWait (5 s), SIGKILL.
+    deadline = time.monotonic() + 120
+    while _elapsed_s(job["job_id"]) < 61:
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    subprocess.run(["scontrol", "update", f"jobid={job['job_id']}", "TimeLimit=1"], check=True)
+    fs.wait_for_state(job["job_id"], {"TIMEOUT", "COMPLETED"}, timeout_s=180)
+    record = fs.follow()
+    first = [j for j in record["jobs"] if j["kind"] == "train"][0]
+    assert first["state"] == "TIMEOUT", first
+    measured("timeout-no-signal", "time limit, no warning signal in time",
+             "scontrol update TimeLimit=1 once the job had run over a minute (after its step-2 checkpoint)", fs,
+             reference, started)
+
+
+def _elapsed_s(job_id: str) -> float:
+    out = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "ElapsedRaw"], capture_output=True,
+                         text=True).stdout.split()
+    return float(out[-1]) if out else 0.0
+
+
+# --- preemption-style requeue ---------------------------------------------------------------------------------------
+
+def test_scontrol_requeue_restarts_the_same_job_from_its_checkpoint(cell, reference):
+    started = time.monotonic()
+    fs = cell()
+    fs.launch()
+    fs.wait_for_checkpoint(2)
+    job = fs.train_job()
+    subprocess.run(["scontrol", "requeue", job["job_id"]], check=True)
+    record = fs.follow()
+    assert len([j for j in record["jobs"] if j["kind"] == "train"]) == 1, record["jobs"]
+    measured("requeue", "preemption-style requeue", "scontrol requeue of the running job after step 2", fs,
+             reference, started)
+
+
+# --- the tracking store unreachable for part of a run -------------------------------------------------------------
+
+server = server_fixture("matrix", workers=1)
+
+
+def test_the_tracking_store_down_mid_run_loses_no_metric_and_logs_none_twice(cell, reference, server, monkeypatch):
+    """tests/integration/test_tracking_faults.py kills the server under a logging job; here under a sweep cell that
+    trains, through the tracker the trainer opens: the run buffers, replays when the store is back, and its
+    histories equal the undisturbed run's (logged into a SQLite store: the same values)."""
+    started = time.monotonic()
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")  # sbatch exports it to the job: fail fast
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    fs = cell(tracking_uri=server.uri)
+    fs.launch()
+    fs.wait_for_checkpoint(2)
+    kill_mlflow(server.data_dir)
+    time.sleep(10)  # the job steps on against a dead store
+    up(server.data_dir, port=server.port, workers=server.workers, say=lambda _: None)
+    record = fs.follow()
+    log = job_log([j for j in record["jobs"] if j["kind"] == "train"][-1])
+    assert "MLflow store unreachable" in log, "the outage did not reach the job:\n" + log[-3000:]
+    measured("store-unreachable", "tracking store unreachable for part of a run",
+             "the MLflow server (orchestrate tracking) SIGKILLed after step 2, back 10 s later", fs, reference,
+             started)
