@@ -147,18 +147,28 @@ def test_a_watcher_in_partition_service_never_holds_a_cpu_a_training_job_needs(t
 
     cpus = os.cpu_count() or 1
     watchers = [sbatch(tmp_path, f"watch{i}", "sleep 300", "-p", "service", "-c1", "--mem=50M") for i in range(4)]
+    others: list[str] = []
     try:
         for job in watchers:
             wait_for_squeue_state(job, "RUNNING")
+        # A local job pending for Resources first: the service job behind it must still start (PriorityTier).
+        blocker = sbatch(tmp_path, "busy", "sleep 20", "-p", "local", f"-n{cpus}", "--mem=500M")
+        others.append(blocker)
+        wait_for_squeue_state(blocker, "RUNNING")
         train = sbatch(tmp_path, "train", "true", "-p", "local", f"-n{cpus}", "--mem=500M")
         wider = sbatch(tmp_path, "wider", "true", "-p", "local", f"-n{cpus + 1}", "--mem=500M")
+        others += [train, wider]
+        run("scancel", watchers[0])
+        late = sbatch(tmp_path, "late", "sleep 300", "-p", "service", "-c1", "--mem=50M")
         fifth = sbatch(tmp_path, "watch4", "true", "-p", "service", "-c1", "--mem=50M")
-        assert wait_until_done([train], timeout=60) == {train: "COMPLETED"}
+        others += [late, fifth]
+        wait_for_squeue_state(late, "RUNNING", timeout=30)
+        assert wait_until_done([train], timeout=90) == {train: "COMPLETED"}
         time.sleep(6)  # one more scheduler pass (sched_interval=5)
         queue = dict(line.split() for line in run("squeue", "-h", "-j", f"{wider},{fifth}", "-o", "%i %r").splitlines())
         assert queue == {wider: "PartitionConfig", fifth: "Resources"}, queue
     finally:
-        run("scancel", "-n", "watch0,watch1,watch2,watch3,watch4,wider,train")
+        subprocess.run(["scancel", *watchers, *others], capture_output=True)
 
 
 def test_up_again_is_a_fast_no_op_and_status_says_up(slurm_cluster) -> None:
