@@ -44,13 +44,13 @@ def two_nodes(slurm_cluster) -> Iterator[TwoNodes]:
         pytest.skip(f"no second node: {proc.stderr.strip()} (needs root with CAP_NET_ADMIN and CAP_SYS_ADMIN)")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     yield TwoNodes(PAIR, (slurm_cluster.hostname, f"{slurm_cluster.hostname}-node2"))
-    restored = _up()
+    restored = _up("--nodes", "1")  # the one-node cluster again for the tests after this module
     assert restored.returncode == 0, restored.stdout + restored.stderr
 
 
 @pytest.fixture
 def pair(two_nodes) -> TwoNodes:
-    """Each test finds the second node up: another session's `up` (one node) may have removed it meanwhile."""
+    """Each test finds the second node up (an `up --nodes 1` elsewhere may have removed it meanwhile)."""
     proc = _up("--nodes", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return two_nodes
