@@ -10,10 +10,13 @@ from pathlib import Path
 from rich.console import Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
-from orchestrator import results
-from orchestrator.cell_state import current_records, rows
+from orchestrator import results, watcher_state
+from orchestrator.cell_state import current_records, current_state, on_slurm, rows
 from orchestrator.console import console
+from orchestrator.ledger import settled
+from orchestrator.slurm_query import available
 from orchestrator.sweep_tracking import links
 from record.errors import UserError
 from record.identity import format_value
@@ -23,15 +26,17 @@ EXAMPLES = """examples:
   orchestrate status runs/onpolicy --json > status.json
   orchestrate status runs/onpolicy --watch --interval 30
 
-SWEEP is the sweep file or its directory (<output_root>/<sweep>). One sacct call per refresh, for every job
-of the sweep at once; the ledger is only read. The cells table: the cell, its axes, state, training/evaluation
-attempts (att), the latest job id, the training step (latest checkpoint), the latest metrics the checkpoint
-holds, each eval task's mean@k (tiny@4 = eval/tiny/mean_at_4, from eval_result.json), the collapse verdict
-(verdict.json) and why: the verdict's reason when it is not stable, and why a cell was given up. Below it, one
-row per configuration (the axes without the seed): each task's mean@k and the final reward as mean ± sd (sample
-standard deviation) over the seeds that have it, and the seeds counted by verdict. Columns that do not fit the
-terminal are left out, named under the table; --json gives every field, each row with its configuration's
-"summary" (mean, sd, min, max, n per metric; verdict counts)."""
+SWEEP is the sweep file or its directory (<output_root>/<sweep>). One sacct call per refresh, for every job of
+the sweep at once and its watcher job; the ledger is only read. Below the tables, on Slurm: the watcher job
+(its id, state, partition and last poll; or that none follows an unsettled sweep, and how to start one). The
+cells table: the cell, its axes, state, training/evaluation attempts (att), the latest job id, the training
+step (latest checkpoint), the latest metrics the checkpoint holds, each eval task's mean@k (tiny@4 =
+eval/tiny/mean_at_4, from eval_result.json), the collapse verdict (verdict.json) and why: the verdict's reason
+when it is not stable, and why a cell was given up. Below it, one row per configuration (the axes without the
+seed): each task's mean@k and the final reward as mean ± sd (sample standard deviation) over the seeds that
+have it, and the seeds counted by verdict. Columns that do not fit the terminal are left out, named under the
+table; --json gives every field, each row with its configuration's "summary" (mean, sd, min, max, n per
+metric; verdict counts)."""
 
 METRICS = ("train/reward_mean", "train/kl_k1", "val/pass_at_1", "train/response_length")  # shown when present
 
@@ -140,9 +145,21 @@ def _spread(stats: dict, seeds: int) -> str:
     return text if stats["n"] == seeds else f"{text} n={stats['n']}"
 
 
-def render(sweep_dir: Path, width: int) -> Group:
-    data = rows(current_records(sweep_dir))
-    return Group(table(sweep_dir, data, width), summary_table(data, width))
+def read(sweep_dir: Path) -> tuple[dict[str, dict], list[str]]:
+    """The records with Slurm's states, and what to say about the sweep's watcher job (on Slurm): one sacct."""
+    info = watcher_state.read_info(sweep_dir)
+    records, said = current_state(sweep_dir, watcher_state.ids_to_ask(info))
+    if not (on_slurm(records) and available()):
+        return records, []
+    return records, watcher_state.status_lines(info, said, settled(records), sweep_dir, time.time())
+
+
+def render(sweep_dir: Path, width: int, records: dict[str, dict] | None = None, watcher: list[str] = ()) -> Group:
+    """The tables (and the watcher's lines); `records` None: read now."""
+    if records is None:
+        records, watcher = read(sweep_dir)
+    data = rows(records)
+    return Group(table(sweep_dir, data, width), summary_table(data, width), *(Text(line) for line in watcher))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -151,8 +168,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(rows(current_records(sweep_dir)), indent=1, default=str))
         return 0
     if not args.watch:
-        out.print(render(sweep_dir, out.width))
-        for line in links(current_records(sweep_dir)):  # where to browse the runs (orchestrator/sweep_tracking.py)
+        records, watcher = read(sweep_dir)
+        out.print(render(sweep_dir, out.width, records, []))
+        for line in watcher:
+            out.print(line, soft_wrap=True, highlight=False)
+        for line in links(records):  # where to browse the runs (orchestrator/sweep_tracking.py)
             out.print(line, soft_wrap=True, highlight=False)  # a link split over lines no longer opens
         return 0
     with Live(render(sweep_dir, out.width), console=out, auto_refresh=False) as live:
