@@ -74,7 +74,10 @@ def watch_job(sweep_dir: str, max_retries: int = 3, poll_s: float = DEFAULT_POLL
             with ledger.lock("orchestrate watch --as-job (closing)", wait_s=60.0):
                 records = ledger.records()
                 if settled(records):
-                    print(close_parent(records), flush=True)
+                    try:
+                        print(close_parent(records), flush=True)
+                    except Exception as err:  # the MLflow parent is a summary: it never keeps the watcher running
+                        print(f"could not close the sweep's MLflow parent run: {err}", flush=True)
                     why = "the sweep is settled: " + ", ".join(
                         f"{n} {s}" for s, n in sorted(Counter(cell_status(r) for r in records.values()).items()))
                     ws.mark_ended(Path(sweep_dir), me, why, time.time())
