@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.ledger import Ledger, apply_slurm_states, attempts, latest
+from orchestrator.ledger import Ledger, apply_slurm_states, attempts, latest, to_poll
 from orchestrator.results import eval_metrics
 from orchestrator.slurm_query import SlurmError, available, sacct
 from record.errors import UserError
@@ -18,13 +18,23 @@ def baseline_ledger(sweep_dir: Path) -> Ledger:
     return Ledger(Path(sweep_dir) / DIR)
 
 
-def current_baselines(sweep_dir: Path) -> dict[str, dict]:
-    """The baselines' records with Slurm's current states (one sacct when any ran on Slurm); {} without any."""
+def _on_slurm(records: dict[str, dict]) -> dict[str, dict]:
+    return {k: r for k, r in records.items() if all(j.get("executor", "slurm") == "slurm" for j in r["jobs"])}
+
+
+def baseline_ids(sweep_dir: Path) -> list[str]:
+    """The baselines' job ids Slurm may still change: for a caller's one sacct (`orchestrate status`)."""
+    return [j for r in _on_slurm(baseline_ledger(sweep_dir).records()).values() for j in to_poll(r)]
+
+
+def current_baselines(sweep_dir: Path, rows: dict[str, list] | None = None) -> dict[str, dict]:
+    """The baselines' records with Slurm's current states; {} without any. `rows`: sacct's answer the caller
+    already has (its one sacct asked `baseline_ids`); None: one sacct of their own when any ran on Slurm."""
     records = baseline_ledger(sweep_dir).records()
-    on_slurm = {k: r for k, r in records.items() if all(j.get("executor", "slurm") == "slurm" for j in r["jobs"])}
+    on_slurm = _on_slurm(records)
     if on_slurm and available():
         try:
-            apply_slurm_states(on_slurm, sacct)
+            apply_slurm_states(on_slurm, sacct if rows is None else (lambda ids: rows))
         except SlurmError as err:
             raise UserError(f"cannot read job states: {err}") from None
     return records

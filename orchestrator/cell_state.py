@@ -16,17 +16,36 @@ from record.rundir import RunDir, read_json
 
 def current_records(sweep_dir: Path) -> dict[str, dict]:
     """The ledger's records with Slurm's current states applied in memory (one sacct; nothing written)."""
+    return current_state(sweep_dir)[0]
+
+
+def current_state(sweep_dir: Path, also: list[str] | tuple = ()) -> tuple[dict[str, dict], dict[str, list]]:
+    """`current_records`, and sacct's rows of the jobs `also` names (the sweep's watcher job), asked in the same
+    one sacct call (alone when no cell has a job Slurm may still change)."""
     ledger = Ledger(sweep_dir)
     if not ledger.exists():
         raise UserError(f"{sweep_dir}: nothing submitted yet (no ledger); run `orchestrate sweep` first")
     records = ledger.records()
     on_slurm = {key: r for key, r in records.items() if _is_slurm(r)}
+    said: dict[str, list] = {}
+
+    def rows_of(ids: list[str]) -> dict[str, list]:
+        said.update(sacct([*ids, *also]))
+        return said
+
     if on_slurm and available():
         try:
-            apply_slurm_states(on_slurm, sacct)
+            _, queries = apply_slurm_states(on_slurm, rows_of)
+            if also and not queries:
+                said.update(sacct(list(also)))
         except SlurmError as err:
             raise UserError(f"cannot read job states: {err}") from None
-    return records
+    return records, said
+
+
+def on_slurm(records: dict[str, dict]) -> bool:
+    """Some cell of the sweep went to Slurm (the watcher job is a Slurm sweep's)."""
+    return any(r["jobs"] and _is_slurm(r) for r in records.values())
 
 
 def _is_slurm(record: dict) -> bool:

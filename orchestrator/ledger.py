@@ -179,6 +179,11 @@ def resolve(job: dict, found: list[JobRow]) -> None:
     job["state"] = "LOST"
 
 
+def settled(records: dict[str, dict]) -> bool:
+    """Every cell is final: trained and evaluated, collapsed, cancelled, or given up after its retries."""
+    return bool(records) and all(r.get("final") for r in records.values())
+
+
 def cell_status(record: dict) -> str:
     """One word for the status table: planned, submitted, pending, training, trained, evaluating, done,
     failed, or the final status (gave_up, cancelled, collapsed, out_of_memory)."""

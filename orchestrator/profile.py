@@ -53,6 +53,29 @@ class SlurmResources:
 
 
 @dataclass(frozen=True)
+class WatcherResources:
+    """The sweep's watcher job (orchestrator/watcher_job.py): one CPU that polls and sleeps, started by
+    `orchestrate sweep`. Its own partition keeps it off the CPUs a training job waits for (on the local cluster a
+    watcher holding one of the two CPUs would leave a 2-rank training pending forever); None: the training jobs'
+    partition. It resubmits itself before `time_min`, so a short limit is fine (and queues faster)."""
+
+    partition: str | None = None
+    mem_gb: float = 1.0
+    time_min: int = 120
+
+    def __post_init__(self) -> None:
+        raise_if(self.problems(), "watcher")
+
+    def problems(self, path: str = "watcher") -> list[str]:
+        p: list[str] = []
+        sv.slurm_name(p, f"{path}.partition", self.partition, "the watcher's Slurm partition (sinfo -s lists them; "
+                      "null: the training partition)", optional=True, several=True)
+        sv.memory_gb(p, f"{path}.mem_gb", self.mem_gb)
+        sv.count(p, f"{path}.time_min", self.time_min, "time_min")
+        return p
+
+
+@dataclass(frozen=True)
 class SizeClass:
     """Training resources for models of at most `max_params_b` billion parameters."""
 
@@ -79,6 +102,7 @@ class SlurmProfile:
     signal_delay_s: int = 90
     # Where this cluster's jobs log (`orchestrate tracking status` prints it); a sweep's tracking.tracking_uri wins.
     tracking_uri: str | None = None
+    watcher: WatcherResources = WatcherResources()
 
     def __post_init__(self) -> None:
         raise_if(self.problems(), f"slurm profile {self.name}")
@@ -101,7 +125,7 @@ class SlurmProfile:
         problems: list[str] = []
         if not isinstance(data, Mapping):
             raise_if([f"{path}: {data!r} is not a mapping; see slurm/profiles/local.yaml"], f"slurm profile {name}")
-        valid = (*SCALARS, "tracking_uri", "eval", "by_model_size", *RESOURCE_KEYS)
+        valid = (*SCALARS, "tracking_uri", "eval", "by_model_size", "watcher", *RESOURCE_KEYS)
         problems += [f"{path}.{k}: unknown key; valid: {', '.join(valid)}" for k in data if k not in valid]
         top = {k: data[k] for k in (*SCALARS, "tracking_uri") if k in data}
         flat = sv.screen_memory({k: data[k] for k in RESOURCE_KEYS if k in data}, path, problems)
@@ -110,6 +134,9 @@ class SlurmProfile:
         evals = sv.screen_memory(evals, f"{path}.eval", problems) if isinstance(evals, Mapping) else evals
         evals = build(SlurmResources, evals, f"{path}.eval", problems)
         sizes = _size_classes(data.get("by_model_size", []), train, f"{path}.by_model_size", problems)
+        watcher = data.get("watcher")
+        watcher = sv.screen_memory(watcher, f"{path}.watcher", problems) if isinstance(watcher, Mapping) else watcher
+        watcher = build(WatcherResources, watcher, f"{path}.watcher", problems)
         if "partition" not in top:
             problems.append(f"{path}.partition: missing; give the Slurm partition (sinfo lists them)")
         if problems:  # the scalars' own problems too: construction, which checks them, is not reached
@@ -117,7 +144,7 @@ class SlurmProfile:
                                                                                f"{path}.tracking_uri"),
                      f"slurm profile {name}")
         try:
-            return cls(name=name, train=train, eval=evals, by_model_size=sizes, **top)
+            return cls(name=name, train=train, eval=evals, by_model_size=sizes, watcher=watcher, **top)
         except ConfigError as err:
             raise ConfigError([path + p[len("slurm"):] for p in err.problems], f"slurm profile {name}") from None
 
@@ -127,6 +154,7 @@ class SlurmProfile:
                "signal_delay_s": self.signal_delay_s, "tracking_uri": self.tracking_uri}
         out.update(_resources_dict(self.train))
         out["eval"] = _resources_dict(self.eval)
+        out["watcher"] = {k: getattr(self.watcher, k) for k in ("partition", "mem_gb", "time_min")}
         out["by_model_size"] = [{"max_params_b": s.max_params_b, **_resources_dict(s.resources)}
                                 for s in self.by_model_size]
         return out

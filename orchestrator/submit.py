@@ -145,11 +145,14 @@ def load_options(sweep_dir: Path, **changes) -> Options:
 def resources_params(profile: SlurmProfile, res: SlurmResources) -> dict:
     """submitit's Slurm parameters for one job: one task per GPU (tasks_per_node), CPUs per task, memory per
     node; no --gpus-per-node=0 on clusters without GPUs."""
-    mem = f"{int(res.mem_gb)}G" if float(res.mem_gb).is_integer() else f"{int(res.mem_gb * 1024)}M"
     params = {"partition": profile.partition, "account": profile.account, "qos": profile.qos, "time": res.time_min,
               "nodes": res.nodes, "ntasks_per_node": res.tasks_per_node, "cpus_per_task": res.cpus_per_task,
-              "gpus_per_node": res.gpus_per_node or None, "mem": mem, "constraint": res.constraint}
+              "gpus_per_node": res.gpus_per_node or None, "mem": mem_param(res.mem_gb), "constraint": res.constraint}
     return {k: v for k, v in params.items() if v is not None}
+
+
+def mem_param(gb: float) -> str:
+    return f"{int(gb)}G" if float(gb).is_integer() else f"{int(gb * 1024)}M"
 
 
 def array_name(sweep: str, kind: str, run_keys: list[str], attempts: list[int]) -> str:
@@ -364,13 +367,30 @@ def submit_jobs(backend, ledger: Ledger, records: list[dict], kinds: tuple[str, 
         ledger.save_all(records)
 
 
+def watcher_params(profile: SlurmProfile) -> dict:
+    """submitit's Slurm parameters of the sweep's watcher job: the profile's `watcher` partition (the training
+    partition where it names none), its memory and time limit, the training jobs' account and QOS."""
+    w = profile.watcher
+    params = {"partition": w.partition or profile.partition, "account": profile.account, "qos": profile.qos,
+              "time": w.time_min, "mem": mem_param(w.mem_gb)}
+    return {k: v for k, v in params.items() if v is not None}
+
+
 def submit_watcher(fn, sweep_dir: Path, kwargs: dict, params: dict, code: str, dependency: str | None = None,
                    signal_delay_s: int = 10) -> str:
-    """The watcher as a small Slurm job of its own (`fn(sweep_dir, **kwargs)`: watch.watch_job), named
-    `<sweep>-watcher`; returns its job id. It hands over to its successor before its limit by itself, so the
-    warning signal comes late (`signal_delay_s`). Its logs go with the sweep's."""
+    """The watcher as a small Slurm job of its own (`fn(sweep_dir, **kwargs)`: watcher_job.watch_job), named
+    `<sweep>-watcher`, one CPU; returns its job id. It hands over to its successor before its limit by itself, so
+    the warning signal comes late (`signal_delay_s`). Slurm may requeue it (a node failure): it comes back as itself.
+    Its logs go with the sweep's."""
     ex = submitit.SlurmExecutor(folder=Path(sweep_dir).absolute() / "slurm" / "%j", max_num_timeout=0)
-    ex.update_parameters(**params, job_name=f"{Path(sweep_dir).name}-watcher", setup=setup_lines(code),
+    ex.update_parameters(**params, job_name=watcher_name(sweep_dir), setup=setup_lines(code),
                          dependency=dependency, nodes=1, ntasks_per_node=1, cpus_per_task=1,
-                         signal_delay_s=signal_delay_s)
-    return ex.submit(fn, str(sweep_dir), **kwargs).job_id
+                         signal_delay_s=signal_delay_s, additional_parameters={"requeue": True})
+    try:
+        return ex.submit(fn, str(sweep_dir), **kwargs).job_id
+    except (FailedJobError, FailedSubmissionError, OSError) as err:
+        raise SlurmError(f"sbatch of the watcher job failed: {str(err).strip()[:500]}") from None
+
+
+def watcher_name(sweep_dir: Path) -> str:
+    return f"{Path(sweep_dir).name}-watcher"

@@ -12,17 +12,14 @@ returns at most one `Action`, with its reason:
 - an ended job Slurm may still requeue in place (NODE_FAIL, PREEMPTED) is given `grace_s` before acting.
 
 What a (re)launch submits is the plan's (orchestrator/plan.py `triage`); submitting it is orchestrator/launch.py.
+The watcher as a Slurm job of its own (started by `orchestrate sweep`) is orchestrator/watcher_job.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import signal
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from orchestrator.jobs import PREEMPTED_EXIT
 from orchestrator.launch import refresh, settle_intents
@@ -35,12 +32,11 @@ from orchestrator.ledger import (
     finish,
     latest,
     note,
+    settled,
 )
 from orchestrator.slurm_query import SlurmError
-from orchestrator.submit import SlurmBackend, load_options, submit_jobs, submit_watcher
-from orchestrator.sweep_tracking import close_parent
-from record.errors import UserError
-from record.rundir import RunDir, atomic_write
+from orchestrator.submit import submit_jobs
+from record.rundir import RunDir
 from trainer.collapse import read_verdict
 
 RETRYABLE = {"NODE_FAIL": "node failure", "PREEMPTED": "preempted", "BOOT_FAIL": "node failed to boot",
@@ -224,10 +220,6 @@ class Watcher:
                 return records
 
 
-def settled(records: dict[str, dict]) -> bool:
-    return bool(records) and all(r.get("final") for r in records.values())
-
-
 def _verdict(record: dict) -> str | None:
     train = latest(record, "train")
     if record.get("final") or train is None or train["state"] in LIVE or train["state"] == "COMPLETED":
@@ -237,59 +229,3 @@ def _verdict(record: dict) -> str | None:
     except ValueError:
         return None
     return verdict.verdict if verdict else None
-
-
-# --- the watcher as a Slurm job of its own (`orchestrate watch --as-job`) ----------------------------------------
-# It follows the sweep from a compute node, so nobody has to keep a login-node session open, and hands over to a
-# successor before its own time limit.
-
-def watch_job(sweep_dir: str, max_retries: int = 3, poll_s: float = 60.0, time_min: int = 60) -> str:
-    """The watcher's own Slurm job: follow the sweep until Slurm's warning signal (USR2, or SIGTERM) or a margin
-    before its time limit (a quarter of it, at most 3 minutes), then submit its successor (`afterany` on itself:
-    it starts once this one has ended and released the lock). Returns "settled" or the successor's job id."""
-    started, ledger, margin_s = time.time(), Ledger(sweep_dir), min(180.0, time_min * 15.0)
-    backend = SlurmBackend(Path(sweep_dir), load_options(sweep_dir, executor="slurm"))
-    warned: list[int] = []
-    for sig in (signal.SIGUSR2, signal.SIGTERM):  # Slurm may warn up to a minute early: hand over, don't die
-        signal.signal(sig, lambda signum, frame: warned.append(signum))
-
-    def stop() -> bool:
-        return bool(warned) or time.time() > started + time_min * 60 - margin_s
-
-    # The lock is held one poll at a time, so `orchestrate sweep` (a relaunch, --retry-failed) and `orchestrate
-    # watch` can work on the sweep while this job follows it.
-    def one_poll():
-        return ledger.lock("orchestrate watch --as-job (one poll)", stale_s=max(600.0, 10 * poll_s))
-
-    while not stop():
-        records = Watcher(ledger, backend, max_retries, log=lambda line: print(line, flush=True)).run(
-            poll_s, stop=stop, guard=one_poll)
-        if not settled(records):
-            break
-        try:  # settled: close the sweep under the lock, unless a relaunch has added cells meanwhile
-            with ledger.lock("orchestrate watch --as-job (closing)", wait_s=60.0):
-                records = ledger.records()
-                if settled(records):
-                    print(close_parent(records), flush=True)
-                    return "settled"
-        except SweepBusy as err:
-            print(f"could not close the settled sweep yet: {err}", flush=True)
-    return submit_as_job(Path(sweep_dir), max_retries, poll_s, time_min,
-                         dependency=f"afterany:{os.environ.get('SLURM_JOB_ID', '')}".rstrip(":"))
-
-
-def submit_as_job(sweep_dir: Path, max_retries: int, poll_s: float, time_min: int,
-                  dependency: str | None = None) -> str:
-    """Submit `watch_job` for this sweep (on the partition/account of its training jobs, with its code)."""
-    records = [r for r in Ledger(sweep_dir).records().values() if r.get("params")]
-    if not records:
-        raise UserError(f"{sweep_dir}: no submitted cells in its ledger; run `orchestrate sweep` first")
-    base = records[0]["params"]["train"]
-    params = {k: base[k] for k in ("partition", "account", "qos") if k in base}
-    params.update(time=time_min, mem="1G")
-    job_id = submit_watcher(watch_job, sweep_dir, {"max_retries": max_retries, "poll_s": poll_s,
-                                                   "time_min": time_min}, params, records[0]["code"], dependency,
-                            signal_delay_s=int(min(90.0, time_min * 7.5)))
-    atomic_write(sweep_dir / "watcher.json", json.dumps({"job_id": job_id, "at": time.time(),
-                                                         "after": dependency}) + "\n")
-    return job_id

@@ -10,11 +10,14 @@ from pathlib import Path
 from rich.console import Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
-from orchestrator import results
-from orchestrator.baseline_state import baseline_rows, current_baselines
-from orchestrator.cell_state import current_records, rows
+from orchestrator import results, watcher_state
+from orchestrator.baseline_state import baseline_ids, baseline_rows, current_baselines
+from orchestrator.cell_state import current_state, on_slurm, rows
 from orchestrator.console import console
+from orchestrator.ledger import settled
+from orchestrator.slurm_query import available
 from orchestrator.sweep_tracking import links
 from record.errors import UserError
 from record.identity import format_value
@@ -24,17 +27,19 @@ EXAMPLES = """examples:
   orchestrate status runs/onpolicy --json > status.json
   orchestrate status runs/onpolicy --watch --interval 30
 
-SWEEP is the sweep file or its directory (<output_root>/<sweep>). One sacct call per refresh, for every job
-of the sweep at once; the ledger is only read. The cells table: the cell, its axes, state, training/evaluation
-attempts (att), the latest job id, the training step (latest checkpoint), the latest metrics the checkpoint
-holds, each eval task's mean@k (tiny@4 = eval/tiny/mean_at_4, from eval_result.json), the collapse verdict
-(verdict.json) and why: the verdict's reason when it is not stable, and why a cell was given up. Below it, one
-row per configuration (the axes without the seed): each task's mean@k and the final reward as mean ± sd (sample
-standard deviation) over the seeds that have it, and the seeds counted by verdict. Columns that do not fit the
-terminal are left out, named under the table; --json gives every field, each row with its configuration's
-"summary" (mean, sd, min, max, n per metric; verdict counts). A sweep with baselines (sweep.baselines: base
-models evaluated once) shows them in a table of their own: model, chat template, state, each task's mean@k;
-in --json they follow the cells, each with "baseline": true."""
+SWEEP is the sweep file or its directory (<output_root>/<sweep>). One sacct call per refresh, for every job of
+the sweep at once and its watcher job; the ledger is only read. Below the tables, on Slurm: the watcher job
+(its id, state, partition and last poll; or that none follows an unsettled sweep, and how to start one). The
+cells table: the cell, its axes, state, training/evaluation attempts (att), the latest job id, the training
+step (latest checkpoint), the latest metrics the checkpoint holds, each eval task's mean@k (tiny@4 =
+eval/tiny/mean_at_4, from eval_result.json), the collapse verdict (verdict.json) and why: the verdict's reason
+when it is not stable, and why a cell was given up. Below it, one row per configuration (the axes without the
+seed): each task's mean@k and the final reward as mean ± sd (sample standard deviation) over the seeds that
+have it, and the seeds counted by verdict. Columns that do not fit the terminal are left out, named under the
+table; --json gives every field, each row with its configuration's "summary" (mean, sd, min, max, n per
+metric; verdict counts). A sweep with baselines (sweep.baselines: base models evaluated once) shows them in a
+table of their own: model, chat template, state, each task's mean@k; in --json they follow the cells, each with
+"baseline": true; their jobs are asked in the same one sacct."""
 
 METRICS = ("train/reward_mean", "train/kl_k1", "val/pass_at_1", "train/response_length")  # shown when present
 
@@ -156,16 +161,32 @@ def baselines_table(data: list[dict], width: int = 240) -> Table:
     return _fitted(f"{len(data)} baselines (base models, evaluated once)", columns, width, flexible="why")
 
 
+def read(sweep_dir: Path) -> tuple[dict[str, dict], list[str], dict[str, dict]]:
+    """The cells' records and the baselines' with Slurm's states, and what to say about the sweep's watcher job
+    (on Slurm): one sacct for all three."""
+    info = watcher_state.read_info(sweep_dir)
+    base_ids = baseline_ids(sweep_dir)
+    records, said = current_state(sweep_dir, [*watcher_state.ids_to_ask(info), *base_ids])
+    bases = current_baselines(sweep_dir, said if base_ids else {})
+    if not (on_slurm(records) and available()):
+        return records, [], bases
+    return records, watcher_state.status_lines(info, said, settled(records), sweep_dir, time.time()), bases
+
+
 def all_rows(sweep_dir: Path) -> list[dict]:
     """The cells' rows, then the baselines' (each with "baseline": true)."""
-    return rows(current_records(sweep_dir)) + baseline_rows(current_baselines(sweep_dir))
+    records, _, bases = read(sweep_dir)
+    return rows(records) + baseline_rows(bases)
 
 
-def render(sweep_dir: Path, width: int) -> Group:
-    data = rows(current_records(sweep_dir))
-    parts = [table(sweep_dir, data, width), summary_table(data, width)]
-    bases = baseline_rows(current_baselines(sweep_dir))
-    return Group(*parts, *([baselines_table(bases, width)] if bases else []))
+def render(sweep_dir: Path, width: int, records: dict[str, dict] | None = None, watcher: list[str] = (),
+           bases: dict[str, dict] | None = None) -> Group:
+    """The tables (and the watcher's lines); `records` None: read now."""
+    if records is None:
+        records, watcher, bases = read(sweep_dir)
+    data, base_rows = rows(records), baseline_rows(bases or {})
+    return Group(table(sweep_dir, data, width), summary_table(data, width),
+                 *([baselines_table(base_rows, width)] if base_rows else []), *(Text(line) for line in watcher))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -174,8 +195,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(all_rows(sweep_dir), indent=1, default=str))
         return 0
     if not args.watch:
-        out.print(render(sweep_dir, out.width))
-        for line in links(current_records(sweep_dir)):  # where to browse the runs (orchestrator/sweep_tracking.py)
+        records, watcher, bases = read(sweep_dir)
+        out.print(render(sweep_dir, out.width, records, [], bases))
+        for line in watcher:
+            out.print(line, soft_wrap=True, highlight=False)
+        for line in links(records):  # where to browse the runs (orchestrator/sweep_tracking.py)
             out.print(line, soft_wrap=True, highlight=False)  # a link split over lines no longer opens
         return 0
     with Live(render(sweep_dir, out.width), console=out, auto_refresh=False) as live:

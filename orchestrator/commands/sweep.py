@@ -20,26 +20,29 @@ from orchestrator.launch import launch
 from orchestrator.manifest import materialise
 from orchestrator.plan import Plan, make_plan
 from orchestrator.slurm_values import LIMITS
-from orchestrator.submit import Options, choose_executor, make_backend, render_sbatch
+from orchestrator.submit import Options, choose_executor, make_backend, render_sbatch, watcher_params
 from orchestrator.sweep import Sweep, load_sweep
+from orchestrator.watcher_job import DEFAULT_POLL_S, Starter
 from record.errors import UserError
 from record.identity import format_value
 
 EXAMPLES = """examples:
   orchestrate sweep --dry-run sweeps/onpolicy.yaml
   orchestrate sweep sweeps/onpolicy.yaml sweep.slurm.overrides.account=my_account
-  orchestrate sweep sweeps/onpolicy.yaml --watch
+  orchestrate sweep sweeps/onpolicy.yaml --no-watcher
   orchestrate sweep sweeps/smoke.yaml --executor local optim.steps=2
 
 --dry-run prints the cells (axes, run_key), the job arrays by resources, the train -> eval dependency graph,
 the counts and the sbatch scripts, and touches nothing on disk. Without it: the checks, the run dirs
 (<output_root>/<sweep>/<run_key>/config.yaml, the resolved config) and manifest.json, a snapshot of the code
 (<sweep dir>/code/<hash>: what every job runs), then one sbatch per training array and one per evaluation
-array chained on it, each cell recorded in <sweep dir>/ledger/. On Slurm it returns once submitted (--watch
-follows the sweep and resubmits infrastructure failures, like `orchestrate watch`); with the local executor
-it follows the sweep to the end. Running it again submits only what is missing: finished and live cells are
-left alone (--retry-failed also resubmits failed and cancelled ones). Overrides use Hydra's syntax (see
-`orchestrate validate --help`); options go before SWEEP or after the last override."""
+array chained on it, each cell recorded in <sweep dir>/ledger/. On Slurm it also starts the sweep's watcher
+job (one per sweep: none while the one it started is pending or running; --no-watcher: none), which resubmits
+cells ended by infrastructure failures and ends once the sweep is settled, and returns (--watch also follows
+the sweep here, like `orchestrate watch`); with the local executor it follows the sweep to the end. Running it
+again submits only what is missing: finished and live cells are left alone (--retry-failed also resubmits
+failed and cancelled ones). Overrides use Hydra's syntax (see `orchestrate validate --help`); options go
+before SWEEP or after the last override."""
 
 
 def register(subparsers) -> None:
@@ -55,6 +58,9 @@ def register(subparsers) -> None:
                         help="slurm (sbatch through submitit) or local (submitit's local executor); auto: slurm "
                              "where sbatch is on PATH")
     parser.add_argument("--watch", action="store_true", help="follow the sweep after submitting (orchestrate watch)")
+    parser.add_argument("--no-watcher", action="store_true",
+                        help="on Slurm, start no watcher job (by default one follows the sweep until it is settled; "
+                             "`orchestrate watch SWEEP --as-job` starts one later)")
     parser.add_argument("--retry-failed", action="store_true",
                         help="also resubmit cells that ended unsuccessfully or were cancelled (never collapsed ones)")
     parser.add_argument("--signal-delay", type=int, default=None, metavar="S",
@@ -99,7 +105,10 @@ def run(args: argparse.Namespace) -> int:
                       train_entry=args.train_entry, eval_entry=args.eval_entry)
     sweep_dir = done.sweep_dir.absolute()
     backend = make_backend(sweep_dir, options)
-    report = launch(sweep, sweep_dir, backend, options, retry_failed=args.retry_failed)
+    starter = None if args.no_watcher else Starter(
+        sweep_dir, watcher_params(sweep.profile), args.max_retries, args.poll or DEFAULT_POLL_S,
+        sweep.profile.watcher.time_min)
+    report = launch(sweep, sweep_dir, backend, options, retry_failed=args.retry_failed, watcher=starter)
     kept = ", ".join(f"{n} {why}" for why, n in sorted(report.kept.items())) or "none"
     if report.resolved:
         out.print(f"settled {report.resolved} submission(s) an interrupted orchestrator had left, by job name")
@@ -113,13 +122,19 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"baselines: {report.baselines} evaluation(s) of a base model submitted; kept: {kept_b}")
     if report.code:
         out.print(f"code snapshot: {report.code}")
+    if report.watcher:
+        out.print(report.watcher, soft_wrap=True)
     if backend.kind == "local" or args.watch:
         poll = args.poll or (30.0 if backend.kind == "slurm" else 5.0)
         code = follow(sweep_dir, backend, args.max_retries, poll, args.timeout,
                       parallelism=sweep.profile.array_parallelism, out=out)
         return max(code, wait_for_baselines(sweep, sweep_dir, backend, poll, args.timeout, out))
-    out.print(f"follow it: orchestrate status {sweep_dir}   |   resubmit failures: orchestrate watch {sweep_dir}")
-    return 0
+    if args.no_watcher:
+        out.print(f"follow it: orchestrate status {sweep_dir}   |   no watcher job (--no-watcher): start one with "
+                  f"orchestrate watch {sweep_dir} --as-job")
+    else:
+        out.print(f"follow it: orchestrate status {sweep_dir}")
+    return 1 if starter is not None and starter.failed else 0
 
 
 def wait_for_baselines(sweep: Sweep, sweep_dir, backend, poll: float, timeout: float | None, out: Console) -> int:

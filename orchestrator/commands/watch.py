@@ -11,11 +11,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
 from orchestrator.console import console
-from orchestrator.ledger import Ledger, cell_status
+from orchestrator.ledger import Ledger, cell_status, settled
 from orchestrator.slurm_query import available
 from orchestrator.submit import load_options, make_backend
 from orchestrator.sweep_tracking import close_parent
-from orchestrator.watch import Watcher, settled, submit_as_job
+from orchestrator.watch import Watcher
+from orchestrator.watcher_job import DEFAULT_POLL_S, start_by_hand
+from record.errors import UserError
 
 EXAMPLES = """examples:
   orchestrate watch runs/onpolicy
@@ -28,7 +30,8 @@ budget and resumes from its latest checkpoint; its evaluation is chained on the 
 (orchestrate cancel), an error that repeats (FAILED twice with the same exit code), a collapsed run and
 OUT_OF_MEMORY (reported with MaxRSS/ReqMem) are never resubmitted. Every decision and its reason is written to
 the ledger (<sweep dir>/ledger/<run_key>.json). Ends when every cell is final. --as-job runs the watcher as a
-Slurm job that resubmits itself before its time limit."""
+Slurm job that resubmits itself before its time limit, in the profile's watcher partition, as `orchestrate
+sweep` does by default; it submits none while the sweep's watcher job is pending or running."""
 
 
 def register(subparsers) -> None:
@@ -40,8 +43,9 @@ def register(subparsers) -> None:
     add_sweep_dir_argument(parser)
     add_watch_arguments(parser)
     parser.add_argument("--as-job", action="store_true", help="run the watcher as a Slurm job of its own")
-    parser.add_argument("--time-min", type=int, default=120, metavar="M",
-                        help="time limit of the --as-job watcher; it resubmits itself before (default 120)")
+    parser.add_argument("--time-min", type=int, default=None, metavar="M",
+                        help="time limit of the --as-job watcher; it resubmits itself before (default: the profile's "
+                             "watcher.time_min)")
     parser.set_defaults(func=run)
 
 
@@ -49,7 +53,8 @@ def add_watch_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-retries", type=int, default=3, metavar="N",
                         help="resubmissions per cell for infrastructure failures (default 3)")
     parser.add_argument("--poll", type=float, default=None, metavar="S",
-                        help="seconds between polls (default 30 on Slurm, 5 with the local executor)")
+                        help="seconds between polls (default 30 on Slurm, 5 with the local executor, 60 in the "
+                             "watcher job)")
     parser.add_argument("--timeout", type=float, default=None, metavar="S",
                         help="stop following after S seconds (the jobs keep running)")
 
@@ -85,9 +90,11 @@ def follow(sweep_dir: Path, backend, max_retries: int, poll_s: float, timeout_s:
 def run(args: argparse.Namespace) -> int:
     sweep_dir, out = sweep_dir_of(args.sweep, args.overrides), console()
     if args.as_job:
-        job_id = submit_as_job(sweep_dir, args.max_retries, args.poll or 60.0, args.time_min)
-        out.print(f"watcher job {job_id} submitted for {sweep_dir} (logs: {sweep_dir / 'slurm' / job_id})")
-        return 0
+        if args.time_min is not None and args.time_min < 1:
+            raise UserError(f"--time-min {args.time_min}: give the watcher job's time limit in minutes, 1 or more")
+        said, failed = start_by_hand(sweep_dir, args.max_retries, args.poll or DEFAULT_POLL_S, args.time_min)
+        out.print(said, soft_wrap=True)
+        return 1 if failed else 0
     if not available():
         out.print("no Slurm here (sbatch not on PATH): a local sweep is followed by the `orchestrate sweep` that "
                   "started it")

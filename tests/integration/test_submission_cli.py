@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -25,8 +26,9 @@ SMALL = ["sweep.slurm.overrides.cpus_per_task=1", "sweep.slurm.overrides.mem_gb=
 
 
 def orchestrate(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     return subprocess.run([sys.executable, "-m", "orchestrator.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=env)
 
 
 @pytest.fixture
@@ -58,7 +60,7 @@ def test_sweep_returns_once_submitted_then_status_cancel_watch_and_logs(sweep_ar
     args = [*args, "sweep.slurm.overrides.array_parallelism=1"]  # the second cell waits behind the first
     first_cell, waiting = probes(args, {"steps": 6, "sleep_s": 1.0}, {"steps": 2, "sleep_s": 0.2})
     started = time.monotonic()
-    first = orchestrate("sweep", *args, *PROBE, cwd=tmp_path)
+    first = orchestrate("sweep", *args, *PROBE, "--no-watcher", cwd=tmp_path)  # followed below by `watch`
     assert first.returncode == 0, first.stderr
     assert time.monotonic() - started < 30 and "in 2 sbatch call(s)" in first.stdout
 
@@ -88,15 +90,17 @@ def test_sweep_returns_once_submitted_then_status_cancel_watch_and_logs(sweep_ar
 def test_the_watcher_as_a_job_settles_cells_and_resubmits_itself_before_its_limit(sweep_args, tmp_path):
     name, args, sweep_dir = sweep_args
     long, short = probes(args, {"steps": 300, "sleep_s": 1.0}, {"steps": 2, "sleep_s": 0.2})
-    assert orchestrate("sweep", *args, *PROBE, cwd=tmp_path).returncode == 0
+    assert orchestrate("sweep", *args, *PROBE, "--no-watcher", cwd=tmp_path).returncode == 0
     submitted = orchestrate("watch", str(sweep_dir), "--as-job", "--time-min", "1", "--poll", "3", cwd=tmp_path)
     assert submitted.returncode == 0, submitted.stderr
     first = json.loads((sweep_dir / "watcher.json").read_text())["job_id"]
+    assert f"watcher job {first} submitted in partition service" in submitted.stdout, submitted.stdout
     # the watcher job holds the sweep's lock one poll at a time: a relaunch meanwhile goes through
     time.sleep(8)  # the job has started and polls every 3 s
     again = orchestrate("sweep", *args, *PROBE, cwd=tmp_path)
     assert again.returncode == 0 and "being handled by" not in again.stderr, again.stdout + again.stderr
     assert "in 0 sbatch call(s)" in again.stdout, again.stdout  # idempotent: nothing submitted twice
+    assert f"no watcher job submitted: watcher job {first} is RUNNING" in again.stdout  # nor a second watcher
 
     deadline = time.monotonic() + 150  # a 1-minute watcher stops 15 s before its limit and submits its successor
     while json.loads((sweep_dir / "watcher.json").read_text())["job_id"] == first:
