@@ -28,10 +28,10 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.fault_matrix, pyt
 def reference(tmp_path_factory) -> dict:
     """The undisturbed run of the cell every row disturbs: its MLflow histories (timings left out)."""
     job_environment()
-    fs = FaultSweep(tmp_path_factory.mktemp("reference"), tuple(REAL_CELL), REAL)
+    fs = FaultSweep(tmp_path_factory.mktemp("reference"), tuple(REAL_CELL), REAL, max_retries=0)
     try:
         fs.launch()
-        record = fs.follow(max_retries=0)
+        record = fs.follow()
     finally:
         fs.cancel_leftovers()
     assert record["final"]["status"] == "completed", record["decisions"]

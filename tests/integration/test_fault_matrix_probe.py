@@ -23,8 +23,8 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.fault_matrix]
 def cell(tmp_path):
     made = []
 
-    def _make(**probe) -> FaultSweep:
-        fs = FaultSweep(tmp_path)
+    def _make(watcher: bool = True, **probe) -> FaultSweep:
+        fs = FaultSweep(tmp_path, watcher=watcher)
         fs.probe(**probe)
         made.append(fs)
         return fs
@@ -80,7 +80,7 @@ def test_a_watcher_killed_mid_poll_leaves_no_duplicate_and_the_next_one_finishes
     between its intent and sbatch or right after sbatch. The next watcher takes the lock over, settles the
     intent by job name (found: adopted; not found: LOST, submitted again) and follows the cell to the end."""
     started = time.monotonic()
-    fs = cell(steps=8, sleep_s=1.0)
+    fs = cell(watcher=False, steps=8, sleep_s=1.0)  # `orchestrate watch` in a terminal, not the watcher job
     fs.launch()
     fs.wait_for_checkpoint(2)
     first = fs.train_job()

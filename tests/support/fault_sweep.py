@@ -1,9 +1,10 @@
-"""How the fault-matrix tests launch and follow a sweep: ONE place, so that the day `orchestrate sweep` starts its
-own watcher job (issue 13 item 5) the rows switch to it here and nowhere else.
+"""How the fault-matrix tests launch and follow a sweep: ONE place.
 
-Today: `orchestrate sweep`'s library path (orchestrator/launch.py `launch`), then the watcher in this process
-(orchestrator/watch.py `Watcher`), as `orchestrate sweep --watch` does. A row injects its fault between `launch()`
-and `follow()`, or from `follow(on_poll=...)`.
+The default is the user's: `orchestrate sweep`'s library path (orchestrator/launch.py `launch`) starts the sweep's
+watcher job on Slurm (partition `service`), and `follow()` only reads the ledger until the cell is final, then
+waits for the watcher job to end itself on the settled sweep. `watcher=False` is `--no-watcher` followed by
+`orchestrate watch` in this process (orchestrator/watch.py `Watcher`): the rows about that interactive watcher.
+A row injects its fault between `launch()` and `follow()`, or from `follow(on_poll=...)`.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from orchestrator.launch import LaunchReport, launch
 from orchestrator.ledger import Ledger, latest
 from orchestrator.manifest import materialise
 from orchestrator.plan import make_plan
-from orchestrator.submit import Options, SlurmBackend
+from orchestrator.submit import Options, SlurmBackend, watcher_params
 from orchestrator.sweep import Sweep, load_sweep
 from orchestrator.watch import Watcher
+from orchestrator.watcher_job import Starter
+from orchestrator.watcher_state import read_info
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = Options(executor="slurm", train_entry="orchestrator.jobs:probe_train",
@@ -51,6 +54,8 @@ class FaultSweep:
     overrides: tuple[str, ...] = ()
     options: Options = PROBE
     tracking_uri: str | None = None
+    watcher: bool = True  # the watcher job `orchestrate sweep` starts (False: --no-watcher, follow() watches)
+    max_retries: int = 2
     name: str = field(default_factory=lambda: f"f{uuid.uuid4().hex[:8]}")
     started: float = field(default_factory=time.time)
 
@@ -72,18 +77,39 @@ class FaultSweep:
 
     def launch(self, retry_failed: bool = False) -> LaunchReport:
         """`orchestrate sweep` (a relaunch with `retry_failed`, as `--retry-failed`)."""
-        return launch(self.sweep, self.sweep_dir, self.backend(), self.options, retry_failed=retry_failed)
+        starter = Starter(self.sweep_dir, watcher_params(self.sweep.profile), self.max_retries, 2.0,
+                          self.sweep.profile.watcher.time_min) if self.watcher else None
+        return launch(self.sweep, self.sweep_dir, self.backend(), self.options, retry_failed=retry_failed,
+                      watcher=starter)
 
     def follow(self, timeout_s: float = 600.0, max_retries: int = 2, grace_s: float = 3.0, on_poll=None) -> dict:
-        """The watcher, until the cell is final, holding the sweep's lock as `orchestrate watch` does (taking it
-        over from a watcher that died with it); returns the cell's ledger record."""
+        """Until the cell is final; returns its ledger record. With the watcher job: the ledger read every 2 s
+        (`on_poll(records)` each time), then the watcher job must end by itself on the settled sweep. Without:
+        the watcher in this process, holding the sweep's lock as `orchestrate watch` does (taking it over from a
+        watcher that died with it)."""
         ledger = Ledger(self.sweep_dir)
+        if self.watcher:
+            return self._follow_the_watcher_job(ledger, timeout_s, on_poll)
         with ledger.lock("orchestrate watch (fault matrix)", wait_s=60.0) as keep_alive:
             watcher = Watcher(ledger, self.backend(), max_retries, grace_s=grace_s, log=print)
             records = watcher.run(poll_s=2.0, timeout_s=timeout_s, on_poll=on_poll, keep_alive=keep_alive)
         record = records[self.key]
         assert record["final"], f"not settled in {timeout_s}s: {record['jobs']}"
         return record
+
+    def _follow_the_watcher_job(self, ledger: Ledger, timeout_s: float, on_poll) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while not (records := ledger.records())[self.key]["final"]:
+            if on_poll:
+                on_poll(records)
+            assert time.monotonic() < deadline, f"not settled in {timeout_s}s: {records[self.key]['jobs']}"
+            time.sleep(2.0)
+        info = read_info(self.sweep_dir) or {}
+        assert info.get("job_id"), f"no watcher job was started: {info}"
+        while not (info := read_info(self.sweep_dir) or {}).get("ended"):
+            assert time.monotonic() < deadline + 120, f"the watcher job did not end on the settled sweep: {info}"
+            time.sleep(2.0)
+        return records[self.key]
 
     def record(self) -> dict:
         return Ledger(self.sweep_dir).load(self.key)
