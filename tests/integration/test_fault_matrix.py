@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.tracking_server import up
-from tests.support.fault_row import Row, decisions, histories, job_counts, metric_columns, write
+from tests.support.fault_row import histories, measured
 from tests.support.fault_sweep import REAL, REAL_CELL, FaultSweep, job_environment
 from tests.support.tracking_server import kill_mlflow, server_fixture
 
@@ -51,18 +51,6 @@ def cell(tmp_path):
     yield _make
     for fs in made:
         fs.cancel_leftovers()
-
-
-def measured(rid: str, fault: str, injected: str, fs: FaultSweep, reference: dict, started: float) -> Row:
-    """The row of a cell that must end trained, with every metric step once and equal to the undisturbed run."""
-    record = fs.record()
-    equal, steps, duplicate_steps, lost = metric_columns(fs.run_dir, reference)
-    jobs, duplicate_jobs = job_counts([record], fs.started)
-    finished = record["final"]["status"] == "completed"
-    row = write(Row(rid, fault, injected, decisions(record), "1/1" if finished else "0/1", equal, jobs, steps,
-                    time.monotonic() - started))
-    assert (finished, equal, duplicate_jobs, duplicate_steps, lost) == (True, "yes", 0, 0, 0), row
-    return row
 
 
 def job_log(job: dict) -> str:

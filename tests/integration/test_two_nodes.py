@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.fault_row import histories, measured
+from tests.support.fault_sweep import REAL, REAL_CELL, FaultSweep, job_environment
 from tests.support.slurm_jobs import TrainFromYaml
 from tests.support.trainer_run import config_dict, history
 
@@ -171,3 +173,48 @@ def test_two_nodes_log_what_one_node_logs_and_resume_on_the_other_layout(pair, t
     assert resumed.results()
     assert _latest_step(moved / "run") == STEPS
     _assert_same_history(want, history(moved, _key(moved)))
+
+
+# --- the fault matrix's two-node row (docs/reliability.md) -------------------------------------------------------
+
+@pytest.mark.fault_matrix
+@pytest.mark.reliability
+def test_a_node_set_down_under_a_two_node_job_is_resumed_and_matches_an_undisturbed_run(pair, tmp_path_factory):
+    """A cell on 2 nodes x 1 rank, launched as a user does (its watcher job in `service`), loses node 2 after its
+    step-2 checkpoint: NODE_FAIL. Once the node is back, the run resumes from that checkpoint (Slurm's requeue in
+    place, or the watcher's resubmission) and ends with the metrics of an undisturbed run, every step once. The
+    undisturbed run is the same cell on 1 node x 2 ranks, which logs bitwise what 2 x 1 logs (the test above)."""
+    started = time.monotonic()
+    job_environment()
+    second = pair.nodes[1]
+    layout = ("sweep.slurm.overrides.cpus_per_task=1",)
+    across = (*REAL_CELL, *layout, f"sweep.slurm.overrides.partition={pair.partition}",
+              "sweep.slurm.overrides.nodes=2", "sweep.slurm.overrides.tasks_per_node=1")
+    reference = FaultSweep(tmp_path_factory.mktemp("one-node"), (*REAL_CELL, *layout,
+                           "sweep.slurm.overrides.tasks_per_node=2"), REAL, max_retries=0)
+    fs = FaultSweep(tmp_path_factory.mktemp("two-nodes"), across, REAL)
+    try:
+        reference.launch()  # on partition local: node 2 going down does not touch it
+        fs.launch()
+        fs.wait_for_checkpoint(2, timeout_s=1200)
+        job = fs.train_job()["job_id"]
+        subprocess.run(["scontrol", "update", f"nodename={second}", "state=down", "reason=fault matrix"], check=True)
+        deadline = time.monotonic() + 120
+        while "NODE_FAIL" not in subprocess.run(["sacct", "-j", job, "-D", "-X", "-n", "-o", "State"],
+                                                capture_output=True, text=True).stdout:
+            assert time.monotonic() < deadline, f"{job} not NODE_FAIL after {second} went down"
+            time.sleep(0.5)
+        subprocess.run(["scontrol", "update", f"nodename={second}", "state=resume"], check=True)
+        undisturbed = reference.follow(timeout_s=1800)
+        assert undisturbed["final"]["status"] == "completed", undisturbed["decisions"]
+        fs.follow(timeout_s=1800)
+    finally:
+        subprocess.run(["scontrol", "update", f"nodename={second}", "state=resume"], capture_output=True)
+        reference.cancel_leftovers()
+        fs.cancel_leftovers()
+    nodes = subprocess.run(["sacct", "-j", job, "-X", "-n", "-P", "-o", "NodeList"], capture_output=True,
+                           text=True).stdout
+    assert second in nodes, nodes  # it did run across both hosts
+    measured("node-fail-2", "a node set down under a running 2-node job (NODE_FAIL)",
+             f"`scontrol update nodename={second} state=down` after the step-2 checkpoint of a 2 nodes x 1 rank "
+             "cell; the node resumed once the job failed", fs, histories(reference.run_dir), started)

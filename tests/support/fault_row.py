@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -139,3 +140,16 @@ def table(rows_dir: Path) -> str:
 
 if __name__ == "__main__":
     print(table(Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get(ROWS_ENV, "runs/reliability"))))
+
+
+def measured(rid: str, fault: str, injected: str, fs, reference: dict, started: float) -> Row:
+    """The row of a cell (a tests/support/fault_sweep.FaultSweep) that must end trained, with every metric step once
+    and equal to the undisturbed run."""
+    record = fs.record()
+    equal, steps, duplicate_steps, lost = metric_columns(fs.run_dir, reference)
+    jobs, duplicate_jobs = job_counts([record], fs.started)
+    finished = record["final"]["status"] == "completed"
+    row = write(Row(rid, fault, injected, decisions(record), "1/1" if finished else "0/1", equal, jobs, steps,
+                    time.monotonic() - started))
+    assert (finished, equal, duplicate_jobs, duplicate_steps, lost) == (True, "yes", 0, 0, 0), row
+    return row
