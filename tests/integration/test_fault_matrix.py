@@ -9,7 +9,9 @@ Slow (a real job each, on 2 shared cores): marked `reliability`, run by `make re
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -42,9 +44,9 @@ def reference(tmp_path_factory) -> dict:
 def cell(tmp_path):
     made = []
 
-    def _make(**kwargs) -> FaultSweep:
+    def _make(extra: tuple[str, ...] = (), **kwargs) -> FaultSweep:
         job_environment()
-        fs = FaultSweep(tmp_path, tuple(REAL_CELL), REAL, **kwargs)
+        fs = FaultSweep(tmp_path, (*REAL_CELL, *extra), REAL, **kwargs)
         made.append(fs)
         return fs
 
@@ -219,3 +221,50 @@ def test_the_tracking_store_down_mid_run_loses_no_metric_and_logs_none_twice(cel
     measured("store-unreachable", "tracking store unreachable for part of a run",
              "the MLflow server (orchestrate tracking) SIGKILLed after step 2, back 10 s later", fs, reference,
              started)
+
+
+# --- one rank of a 2-rank run SIGKILLed ------------------------------------------------------------------------------
+
+def rank_pids(job_id: str, rank: int) -> list[int]:
+    """Pids of task `rank` of a job's srun step, found by each process's environment (the batch script, whose step
+    is "batch", left out). `job_id` as the ledger has it: "<id>" or an array task "<array>_<task>"."""
+    array, _, task = job_id.partition("_")
+    want = {b"SLURM_PROCID": str(rank).encode(),
+            **({b"SLURM_ARRAY_JOB_ID": array.encode(), b"SLURM_ARRAY_TASK_ID": task.encode()} if task
+               else {b"SLURM_JOB_ID": array.encode()})}
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            env = dict(item.split(b"=", 1) for item in (proc / "environ").read_bytes().split(b"\0") if b"=" in item)
+        except (OSError, ValueError):
+            continue
+        if all(env.get(k) == v for k, v in want.items()) and env.get(b"SLURM_STEP_ID", b"batch").isdigit():
+            found.append(int(proc.name))
+    return found
+
+
+def test_one_rank_of_a_two_rank_run_sigkilled_is_resubmitted_and_resumes(cell):
+    """Rank 1 of a 1 node x 2 ranks cell dies (SIGKILL) after the step-2 checkpoint; rank 0 must not hang on it
+    (gloo reports the lost peer, srun ends the step), the job fails, the watcher resubmits it, and it resumes
+    from its checkpoint with the metrics of the same cell undisturbed."""
+    started = time.monotonic()
+    two_ranks = ("sweep.slurm.overrides.tasks_per_node=2",)
+    reference = cell(two_ranks, max_retries=0)
+    reference.launch()
+    undisturbed = reference.follow(timeout_s=1800)
+    assert undisturbed["final"]["status"] == "completed", undisturbed["decisions"]
+    fs = cell(two_ranks)
+    fs.launch()
+    fs.wait_for_checkpoint(2, timeout_s=1200)
+    job = fs.train_job()["job_id"]
+    pids = rank_pids(job, 1)
+    assert pids, f"no process of rank 1 of job {job} found"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    record = fs.follow(timeout_s=1800)
+    trains = [j for j in record["jobs"] if j["kind"] == "train"]
+    assert len(trains) == 2 and trains[0]["state"] != "COMPLETED", trains  # the job ended, and was resubmitted
+    measured("sigkill-rank", "SIGKILL of one rank of a 2-rank run",
+             "`kill -9` of rank 1's process (1 node x 2 ranks) after the step-2 checkpoint", fs,
+             histories(reference.run_dir), started)
+
