@@ -17,6 +17,7 @@ from orchestrator.ledger import Ledger, latest
 from orchestrator.manifest import materialise
 from orchestrator.plan import make_plan
 from orchestrator.sweep import load_sweep
+from tests.support.slurm_queue import cancel_named
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = ["--train-entry", "orchestrator.jobs:probe_train", "--eval-entry", "orchestrator.jobs:probe_eval"]
@@ -37,10 +38,7 @@ def sweep_args(tmp_path):
     name = f"c{uuid.uuid4().hex[:8]}"
     args = [str(REPO / "sweeps" / "smoke.yaml"), f"sweep.name={name}", f"sweep.output_root={tmp_path}", *SMALL]
     yield name, args, tmp_path / name
-    queue = subprocess.run(["squeue", "-h", "-o", "%F %j"], capture_output=True, text=True).stdout.splitlines()
-    ids = sorted({line.split()[0] for line in queue if line.split() and line.split()[1].startswith(name)})
-    if ids:
-        subprocess.run(["scancel", *ids], capture_output=True)
+    cancel_named(name)
 
 
 def probes(args: list[str], *settings: dict) -> list[str]:

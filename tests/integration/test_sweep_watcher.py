@@ -18,6 +18,7 @@ from orchestrator.ledger import Ledger, attempts, latest
 from orchestrator.manifest import materialise
 from orchestrator.plan import make_plan
 from orchestrator.sweep import load_sweep
+from tests.support.slurm_queue import cancel_named
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -48,10 +49,7 @@ def sweep_args(tmp_path, request):
     args = [str(REPO / "sweeps" / "smoke.yaml"), f"sweep.name={name}", f"sweep.output_root={tmp_path}",
             f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", *getattr(request, "param", TWO_RANKS)]
     yield name, args, tmp_path / name
-    queue = subprocess.run(["squeue", "-h", "-o", "%F %j"], capture_output=True, text=True).stdout.splitlines()
-    ids = sorted({line.split()[0] for line in queue if line.split() and line.split()[1].startswith(name)})
-    if ids:
-        subprocess.run(["scancel", *ids], capture_output=True)
+    cancel_named(name)
 
 
 def probes(args: list[str], *settings: dict) -> list[str]:

@@ -26,6 +26,7 @@ from orchestrator.sweep import Sweep, load_sweep
 from orchestrator.watch import Watcher
 from orchestrator.watcher_job import Starter
 from orchestrator.watcher_state import read_info
+from tests.support.slurm_queue import cancel_named
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = Options(executor="slurm", train_entry="orchestrator.jobs:probe_train",
@@ -141,7 +142,4 @@ class FaultSweep:
             time.sleep(0.5)
 
     def cancel_leftovers(self) -> None:
-        queue = subprocess.run(["squeue", "-h", "-o", "%F %j"], capture_output=True, text=True).stdout.splitlines()
-        ids = sorted({line.split()[0] for line in queue if line.split()[1:] and line.split()[1].startswith(self.name)})
-        if ids:
-            subprocess.run(["scancel", *ids], capture_output=True)
+        cancel_named(self.name)
