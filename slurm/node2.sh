@@ -105,7 +105,7 @@ EOF
 # The cluster's slurm.conf for two nodes: the one-node file, plus node 2 and partition `pair`.
 render_pair_section() {
     local cpus mem_mb
-    cpus=$(nproc)
+    cpus=$(machine_cpus)
     mem_mb=$(awk '/^MemTotal:/ { printf "%d", $2 / 1024 * 0.98 }' /proc/meminfo)
     sed -e "s|@HOSTNAME@|$(hostname -s)|g" -e "s|@NODE2@|$NODE2|g" -e "s|@NODE2_ADDR@|$NODE2_ADDR|g" \
         -e "s|@CPUS@|$cpus|g" -e "s|@REAL_MEMORY@|$mem_mb|g" -e "s|@TASK_PROLOG@|$TASK_PROLOG|g" \

@@ -7,6 +7,7 @@ bring-up script's idempotence.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -143,7 +144,6 @@ def test_requeue_restarts_a_running_job_and_scancel_ends_it(tmp_path: Path) -> N
 def test_a_watcher_in_partition_service_never_holds_a_cpu_a_training_job_needs(tmp_path: Path) -> None:
     """Four long 1-CPU `service` jobs (sweeps' watchers) leave every machine CPU to `local`, whose jobs never spill
     into the service CPUs: a training job as wide as the machine starts beside them, a wider one never starts."""
-    import os
 
     cpus = os.cpu_count() or 1
     watchers = [sbatch(tmp_path, f"watch{i}", "sleep 300", "-p", "service", "-c1", "--mem=50M") for i in range(4)]
@@ -173,7 +173,9 @@ def test_a_watcher_in_partition_service_never_holds_a_cpu_a_training_job_needs(t
 
 def test_up_again_is_a_fast_no_op_and_status_says_up(slurm_cluster) -> None:
     started = time.monotonic()
-    up = subprocess.run([str(slurm_cluster.script), "up"], capture_output=True, text=True, timeout=60)
+    # OMP_NUM_THREADS=1 (make reliability, make study) must not change the CPUs the config declares.
+    up = subprocess.run([str(slurm_cluster.script), "up"], capture_output=True, text=True, timeout=60,
+                        env={**os.environ, "OMP_NUM_THREADS": "1"})
     elapsed = time.monotonic() - started
 
     assert up.returncode == 0, up.stdout + up.stderr
