@@ -162,14 +162,17 @@ class MlflowTracker:
         """Open the run if it is not yet, and replay the buffer. True when nothing is left to deliver."""
         return self._deliver(force=True)
 
-    def close(self, status: str = "FINISHED") -> None:
-        """Flush, then mark the run terminated. Unreachable store: a warning, and the buffer waits for the
-        next `open_run` of this run_key."""
+    def close(self, status: str = "FINISHED", wait_s: float = 0.0) -> None:
+        """Flush, then mark the run terminated. Unreachable store: keep trying every few seconds for up to
+        `wait_s` (a server restarting, a short outage: the job delivers its own points), then a warning, and
+        the buffer waits for the next `open_run` of this run_key (the evaluation job's, or a resumed run's)."""
         check_close_status(status)
         if self._args is None:
             return
-        delivered = False
-        if self.flush():
+        delivered, deadline = False, time.monotonic() + wait_s
+        while not (flushed := self.flush()) and time.monotonic() < deadline:
+            time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+        if flushed:
             try:
                 self._client.set_terminated(self.run_id, status)
                 delivered = True

@@ -27,7 +27,7 @@ class Tracker(Protocol):
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None: ...
     def log_dict(self, obj: Any, name: str) -> None: ...
     def flush(self) -> bool: ...
-    def close(self, status: str = "FINISHED") -> None: ...
+    def close(self, status: str = "FINISHED", wait_s: float = 0.0) -> None: ...
 
 
 class NullTracker:
@@ -74,6 +74,6 @@ class NullTracker:
     def flush(self):
         return True
 
-    def close(self, status="FINISHED"):
+    def close(self, status="FINISHED", wait_s=0.0):
         check_close_status(status)
         self.status = status

@@ -44,6 +44,10 @@ from trainer.val_pass_at_1 import pass_at_1
 
 CACHE = Path(__file__).resolve().parents[1] / ".cache"
 
+# How long a run that ends while its MLflow store is unreachable keeps trying to deliver what it buffered (a
+# server restarting): past it, the points wait in the run dir for the evaluation job's (or a resume's) open_run.
+TRACKING_CLOSE_WAIT_S = 120.0
+
 
 @dataclass
 class RunContext:
@@ -218,8 +222,8 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
         progress.close()
         preempt.restore()
         run.rollout.close()
-        if status != "KILLED":
-            run.tracker.close(status)
+        if status != "KILLED":  # preempted: closed above at once, its time limit is near
+            run.tracker.close(status, wait_s=TRACKING_CLOSE_WAIT_S)
     return {"metrics": last, "verdict": run.monitor.verdict_dict(), "preempted": False}
 
 

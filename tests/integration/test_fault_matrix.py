@@ -160,11 +160,14 @@ def test_the_time_limit_without_a_warning_resumes_from_the_last_periodic_checkpo
     fs.launch()
     fs.wait_for_checkpoint(2)
     job = fs.train_job()
-    # The limit cut to one minute while the job runs: it is over it at once, with no USR2 before (its lead time
-    # has already passed); Slurm ends it with SIGTERM, KillWait (5 s), SIGKILL.
-    deadline = time.monotonic() + 120
+    # The job frozen (SIGSTOP to every step, the batch script too: a hung job handles no warning signal) until it
+    # has run over a minute; then the limit cut to one minute: it is over it at once, with no warning in time.
+    # Slurm ends it: SIGCONT, SIGTERM, KillWait (5 s), SIGKILL. (Frozen, because on an idle machine the 8-step
+    # cell finishes in under a minute, the shortest limit Slurm has.)
+    subprocess.run(["scancel", "--signal=STOP", "--full", job["job_id"]], check=True)
+    deadline = time.monotonic() + 180
     while _elapsed_s(job["job_id"]) < 61:
-        assert time.monotonic() < deadline
+        assert time.monotonic() < deadline, f"job {job['job_id']} has not run a minute after {180}s"
         time.sleep(1)
     subprocess.run(["scontrol", "update", f"jobid={job['job_id']}", "TimeLimit=1"], check=True)
     fs.wait_for_state(job["job_id"], {"TIMEOUT", "COMPLETED"}, timeout_s=180)
@@ -172,7 +175,8 @@ def test_the_time_limit_without_a_warning_resumes_from_the_last_periodic_checkpo
     first = [j for j in record["jobs"] if j["kind"] == "train"][0]
     assert first["state"] == "TIMEOUT", first
     measured("timeout-no-signal", "time limit, no warning signal in time",
-             "scontrol update TimeLimit=1 once the job had run over a minute (after its step-2 checkpoint)", fs,
+             "SIGSTOP of the job after its step-2 checkpoint, then scontrol update TimeLimit=1 once it had run over "
+             "a minute", fs,
              reference, started)
 
 

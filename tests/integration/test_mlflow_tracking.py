@@ -164,6 +164,27 @@ def test_a_close_during_an_outage_is_delivered_later_and_never_kills_a_resumed_r
     assert client.get_run(resumed.run_id).info.status == "FINISHED"
 
 
+def test_a_run_that_ends_during_a_short_outage_delivers_everything_itself(server, tmp_path):
+    """close(wait_s): a job ending while the store restarts keeps trying, and delivers its points and status
+    itself once the store is back, instead of leaving them for a later job (the trainer waits up to 2 min)."""
+    import threading
+
+    client = mlflow.MlflowClient(server.uri)
+    tracker = open_cell(tmp_path / "c", server.uri, "close-wait")
+    tracker.log_metrics({"train/loss": 0.5}, 1)
+    server.stop()
+    tracker.log_metrics({"train/loss": 0.4}, 2)
+    back = threading.Timer(6.0, server.start)
+    back.start()
+    try:
+        tracker.close("FINISHED", wait_s=120)
+    finally:
+        back.join()
+    assert not tracker.buffer.path.exists()
+    assert client.get_run(tracker.run_id).info.status == "FINISHED"
+    assert steps_of(client, tracker.run_id, "train/loss") == [1, 2]
+
+
 def test_a_job_that_starts_during_an_outage_opens_its_run_later(server, tmp_path):
     server.stop()
     try:
