@@ -78,8 +78,8 @@ def metric_columns(run_dir: Path, reference: dict) -> tuple[str, str, int, int]:
 
 
 def job_counts(records: list[dict], since: float) -> tuple[str, int]:
-    """("1 train + 1 eval (0 duplicate)", duplicates) of cells' records. A duplicate is a second Slurm job under a
-    name the ledger gave one attempt; requeues of a job in place (same id) are counted from sacct -D apart."""
+    """("1 train + 1 eval (0 duplicate)", duplicates) of cells' records. A duplicate is a second Slurm submission
+    under a name the ledger gave one attempt; requeues of a job in place (same id) are counted from sacct -D apart."""
     import subprocess
 
     from orchestrator.slurm_query import find_by_names
@@ -87,7 +87,9 @@ def job_counts(records: list[dict], since: float) -> tuple[str, int]:
     jobs = [j for r in records for j in r["jobs"]]
     names = sorted({j["name"] for j in jobs})
     found = find_by_names(names, since)
-    duplicate = sum(max(0, len({row.job_id for row in found.get(n, [])}) - 1) for n in names)
+    # One submission per name: the tasks of one array ("123_0", "123_1": other cells of the same array) share its
+    # name and its array id; a second array id under the name is a duplicate submission.
+    duplicate = sum(max(0, len({row.job_id.split("_")[0] for row in found.get(n, [])}) - 1) for n in names)
     ids = {kind: sorted({j["job_id"] for j in jobs if j["job_id"] and j["kind"] == kind}) for kind in ("train", "eval")}
     restarts = 0
     for job_id in ids["train"]:
