@@ -54,7 +54,7 @@ ci: test
 
 # The whole fault matrix on the local Slurm cluster (docs/reliability.md): every test marked fault_matrix, the slow
 # `reliability` rows included (plain pytest deselects those), each writing its row into runs/reliability/, then
-# the table. About 15 minutes on 2 cores.
+# the table. About 13 minutes on 2 cores.
 RELIABILITY_ROWS ?= runs/reliability
 reliability: export OMP_NUM_THREADS = 1
 reliability: setup

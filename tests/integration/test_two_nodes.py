@@ -216,6 +216,6 @@ def test_a_node_set_down_under_a_two_node_job_is_resumed_and_matches_an_undistur
     nodes = subprocess.run(["sacct", "-j", job, "-X", "-n", "-P", "-o", "NodeList"], capture_output=True,
                            text=True).stdout
     assert second in nodes, nodes  # it did run across both hosts
-    measured("node-fail-2", "a node set down under a running 2-node job (NODE_FAIL)",
+    measured("node-fail-2-nodes", "a node set down under a running 2-node job (NODE_FAIL)",
              f"`scontrol update nodename={second} state=down` after the step-2 checkpoint of a 2 nodes x 1 rank "
              "cell; the node resumed once the job failed", fs, histories(reference.run_dir), started)

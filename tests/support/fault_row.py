@@ -17,14 +17,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROWS_ENV = "RELIABILITY_ROWS"
-# The table's order; rows another branch measures are named here so the table keeps their place.
-ORDER = ["sigkill-job", "sigkill-rank", "node-fail-2-nodes", "two-node-job", "timeout-signal",
+# The table's order (a row not measured in a run keeps its place, marked so).
+ORDER = ["sigkill-job", "sigkill-rank", "node-fail-2-nodes", "timeout-signal",
          "timeout-no-signal", "requeue", "scancel", "orchestrator-before-sbatch", "orchestrator-after-sbatch",
          "watcher-poll-before", "watcher-poll-after", "store-unreachable", "disk-full", "corrupt-checkpoint",
          "collapsed"]
-MISSING = {"sigkill-rank": "SIGKILL of one rank of a 2-rank run: no test yet"}
-ELSEWHERE = {"node-fail-2-nodes": "a node set down under a running 2-node job (NODE_FAIL)",
-             "two-node-job": "a 2-node x 1-rank training cell"}
 COLUMNS = ("fault", "how injected", "what the orchestrator decided", "runs finished", "metrics = undisturbed",
            "jobs (duplicates)", "metric steps duplicate / lost", "test s")
 
@@ -131,17 +128,10 @@ def table(rows_dir: Path) -> str:
     for rid in ORDER + sorted(set(rows) - set(ORDER)):
         if rid in rows:
             lines.append("| " + " | ".join(c.replace("|", "/") for c in rows[rid].cells()) + " |")
-        elif rid in MISSING:
-            lines.append(f"| {MISSING[rid]} |" + " |" * (len(COLUMNS) - 1))
-        elif rid in ELSEWHERE:
-            lines.append(f"| {ELSEWHERE[rid]} | see two-node tests |" + " |" * (len(COLUMNS) - 2))
         else:
             lines.append(f"| {rid} | not measured in this run |" + " |" * (len(COLUMNS) - 2))
     return "\n".join(lines)
 
-
-if __name__ == "__main__":
-    print(table(Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get(ROWS_ENV, "runs/reliability"))))
 
 
 def measured(rid: str, fault: str, injected: str, fs, reference: dict, started: float) -> Row:
@@ -155,3 +145,7 @@ def measured(rid: str, fault: str, injected: str, fs, reference: dict, started: 
                     time.monotonic() - started))
     assert (finished, equal, duplicate_jobs, duplicate_steps, lost) == (True, "yes", 0, 0, 0), row
     return row
+
+
+if __name__ == "__main__":
+    print(table(Path(sys.argv[1] if len(sys.argv) > 1 else os.environ.get(ROWS_ENV, "runs/reliability"))))
