@@ -21,6 +21,7 @@ import pytest
 from orchestrator.tracking_server import up
 from tests.support.fault_row import histories, measured
 from tests.support.fault_sweep import REAL, REAL_CELL, FaultSweep, job_environment
+from tests.support.slurm_queue import step_pids
 from tests.support.tracking_server import kill_mlflow, server_fixture
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.fault_matrix, pytest.mark.reliability]
@@ -229,24 +230,6 @@ def test_the_tracking_store_down_mid_run_loses_no_metric_and_logs_none_twice(cel
 
 # --- one rank of a 2-rank run SIGKILLed ------------------------------------------------------------------------------
 
-def rank_pids(job_id: str, rank: int) -> list[int]:
-    """Pids of task `rank` of a job's srun step, found by each process's environment (the batch script, whose step
-    is "batch", left out). `job_id` as the ledger has it: "<id>" or an array task "<array>_<task>"."""
-    array, _, task = job_id.partition("_")
-    want = {b"SLURM_PROCID": str(rank).encode(),
-            **({b"SLURM_ARRAY_JOB_ID": array.encode(), b"SLURM_ARRAY_TASK_ID": task.encode()} if task
-               else {b"SLURM_JOB_ID": array.encode()})}
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            env = dict(item.split(b"=", 1) for item in (proc / "environ").read_bytes().split(b"\0") if b"=" in item)
-        except (OSError, ValueError):
-            continue
-        if all(env.get(k) == v for k, v in want.items()) and env.get(b"SLURM_STEP_ID", b"batch").isdigit():
-            found.append(int(proc.name))
-    return found
-
-
 def test_one_rank_of_a_two_rank_run_sigkilled_is_resubmitted_and_resumes(cell):
     """Rank 1 of a 1 node x 2 ranks cell dies (SIGKILL) after the step-2 checkpoint; rank 0 must not hang on it
     (gloo reports the lost peer, srun ends the step), the job fails, the watcher resubmits it, and it resumes
@@ -261,7 +244,7 @@ def test_one_rank_of_a_two_rank_run_sigkilled_is_resubmitted_and_resumes(cell):
     fs.launch()
     fs.wait_for_checkpoint(2, timeout_s=1200)
     job = fs.train_job()["job_id"]
-    pids = rank_pids(job, 1)
+    pids = step_pids(job, rank=1)
     assert pids, f"no process of rank 1 of job {job} found"
     for pid in pids:
         os.kill(pid, signal.SIGKILL)

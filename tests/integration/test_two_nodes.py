@@ -7,7 +7,10 @@ expects. Where this machine cannot make network namespaces the tests skip, namin
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,6 +23,7 @@ import yaml
 from tests.support.fault_row import histories, measured
 from tests.support.fault_sweep import REAL, REAL_CELL, FaultSweep, job_environment
 from tests.support.slurm_jobs import TrainFromYaml
+from tests.support.slurm_queue import step_pids
 from tests.support.trainer_run import config_dict, history
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.two_nodes]
@@ -103,12 +107,12 @@ def _config(tmp: Path) -> Path:
     return tmp / "run.yaml"
 
 
-def _submit(tmp: Path, partition: str, nodes: int, tasks_per_node: int, run_dir: Path):
+def _submit(tmp: Path, partition: str, nodes: int, tasks_per_node: int, run_dir: Path, requeue: bool = True):
     import submitit
 
     ex = submitit.AutoExecutor(folder=str(tmp / "logs"), cluster="slurm")
     ex.update_parameters(slurm_partition=partition, nodes=nodes, tasks_per_node=tasks_per_node, cpus_per_task=1,
-                         mem_gb=4, timeout_min=15,
+                         mem_gb=4, timeout_min=15, slurm_additional_parameters={} if requeue else {"no-requeue": True},
                          slurm_setup=[f"export PYTHONPATH={ROOT}", "export DS_ACCELERATOR=cpu", f"cd {ROOT}"])
     return ex.submit(TrainFromYaml(), str(_config(tmp)), str(run_dir))
 
@@ -148,12 +152,25 @@ def test_two_nodes_log_what_one_node_logs_and_resume_on_the_other_layout(pair, t
     moved = tmp_path / "moved"  # 2 nodes x 1 rank, cancelled after a checkpoint, resumed as 1 node x 2 ranks
     ref = _submit(one, "local", 1, 2, one / "run")
     spread = _submit(two, pair.partition, 2, 1, two / "run")
-    cut = _submit(moved, pair.partition, 2, 1, moved / "run")
+    # --no-requeue: killed, it must stay down (with requeue, something asked `scontrol requeue` as it died and it
+    # ran on to its end on two nodes before the test saw it end).
+    cut = _submit(moved, pair.partition, 2, 1, moved / "run", requeue=False)
+    # Frozen at step 2 (SIGSTOP to its tasks on both hosts), then killed. On an idle machine a step takes ~0.2 s:
+    # a scancel goes through slurmctld and slurmd and landed after the last step; so the tasks are found once the
+    # first checkpoint is there, and stopped directly the moment latest.json says 2.
     deadline = time.monotonic() + 600
+    while _latest_step(moved / "run") < 1:
+        assert time.monotonic() < deadline and not cut.done(), f"no checkpoint at step 1; sacct: {_hosts(cut.job_id)}"
+        time.sleep(0.05)
+    tasks = step_pids(cut.job_id)
+    assert tasks, f"no task of job {cut.job_id} found"
     while _latest_step(moved / "run") < 2:
         assert time.monotonic() < deadline and not cut.done(), f"no checkpoint at step 2; sacct: {_hosts(cut.job_id)}"
-        time.sleep(0.2)
-    subprocess.run(["scancel", "--signal=KILL", cut.job_id], check=True)
+        time.sleep(0.002)
+    for pid in tasks:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    subprocess.run(["scancel", "--signal=KILL", "--full", cut.job_id], check=True)
     while not cut.done():
         assert time.monotonic() < deadline, f"{cut.job_id} still runs after SIGKILL"
         time.sleep(0.5)
