@@ -30,13 +30,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.launch import launch  # noqa: E402
-from orchestrator.ledger import Ledger  # noqa: E402
-from orchestrator.manifest import materialise  # noqa: E402
-from orchestrator.plan import make_plan  # noqa: E402
-from orchestrator.submit import Options, SlurmBackend  # noqa: E402
-from orchestrator.sweep import load_sweep  # noqa: E402
-from orchestrator.watch import Watcher  # noqa: E402
+from orchestrator.cluster.executor import Options, SlurmBackend  # noqa: E402
+from orchestrator.launch.ledger import Ledger  # noqa: E402
+from orchestrator.launch.materialise import materialise  # noqa: E402
+from orchestrator.launch.plan import make_plan  # noqa: E402
+from orchestrator.launch.submit import launch  # noqa: E402
+from orchestrator.sweep.expand import load_sweep  # noqa: E402
+from orchestrator.watch.watcher import Watcher  # noqa: E402
 
 BINARIES = ("sbatch", "sacct", "squeue", "scontrol", "scancel")
 TARGET_S = 5.0
@@ -102,8 +102,8 @@ def ours(calls: Calls, folder: Path, seeds: int) -> dict:
     name = f"bo{uuid.uuid4().hex[:6]}"
     path = folder / f"{name}.yaml"
     path.write_text(SWEEP.format(name=name, seeds=seeds, root=folder / "runs"))
-    options = Options(executor="slurm", train_entry="orchestrator.jobs:probe_train",
-                      eval_entry="orchestrator.jobs:probe_eval")
+    options = Options(executor="slurm", train_entry="orchestrator.cluster.jobs:probe_train",
+                      eval_entry="orchestrator.cluster.jobs:probe_eval")
     log = calls.phase("ours-submit")
     t0 = time.perf_counter()
     sweep = load_sweep(path)
@@ -116,10 +116,10 @@ def ours(calls: Calls, folder: Path, seeds: int) -> dict:
     t2 = time.perf_counter()
     submit = calls.count(log)
     log = calls.phase("ours-status")
-    from orchestrator.cell_state import current_records, rows
+    from orchestrator.status.cells import cell_rows, current_records
 
     t3 = time.perf_counter()
-    rows(current_records(sweep_dir))
+    cell_rows(current_records(sweep_dir))
     status_s, status = time.perf_counter() - t3, calls.count(log)
     log = calls.phase("ours-watch")
     t4 = time.perf_counter()

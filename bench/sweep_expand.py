@@ -19,8 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from orchestrator.plan import make_plan  # noqa: E402
-from orchestrator.sweep import load_sweep  # noqa: E402
+from orchestrator.launch.plan import make_plan  # noqa: E402
+from orchestrator.sweep.expand import load_sweep  # noqa: E402
 
 TARGET_S = 2.0
 BETAS = ",".join(f"{0.01 * (i + 1):.2f}" for i in range(25))

@@ -1,6 +1,7 @@
-"""What `orchestrate eval X` evaluates: X is a run directory, a run_key, a checkpoint or export directory of a run,
-a sweep's baseline directory (a base model evaluated within the sweep: its `baseline.json`, orchestrator/baselines.py),
-or a plain Hugging Face model directory (a base model, evaluated outside any training run)."""
+"""What `orchestrate eval X` evaluates: X is a run directory, a run_key, a checkpoint or export directory of a run, a
+sweep's baseline directory (a base model evaluated within the sweep: its `baseline.json`,
+orchestrator/baselines/declare.py), or a plain Hugging Face model directory (a base model, evaluated outside any
+training run)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from typing import Any
 
 KEY_HEX = 12  # 48 bits: a collision among 10^5 cells has odds of about 1e-5, and expansion checks for it
 # Where a run logs, not what it computes: moving the MLflow server must not turn every run into a new one
-# (a resumed run keeps logging to the store it started in; see orchestrator/manifest.py).
+# (a resumed run keeps logging to the store it started in; see orchestrator/launch/materialise.py).
 EXCLUDED = ("tracking",)
 
 

@@ -1,6 +1,6 @@
 """What a cell's MLflow run and its sweep's parent run carry: names, `axis/` params, `sweep/` tags, the runs
 table's view. Pure (no mlflow import): the trainer opens its run with these (record/tracker.py talks to MLflow),
-the orchestrator closes the parent with the same tags (orchestrator/sweep_tracking.py).
+the orchestrator closes the parent with the same tags (orchestrator/tracking/sweep_run.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from record.tracker_ui import VIEW_TAG_PREFIX, sweep_view, view_key
 # not, so the runs table and the compare view line up cells of any sweep by them.
 PAPER_AXES = {"model": "model.name_or_path", "kl.estimator": "kl.estimator", "kl.placement": "kl.placement",
               "kl.beta": "kl.beta", "seed": "seed"}
-MANIFEST = "manifest.json"  # orchestrator/manifest.py writes it in the sweep directory
+MANIFEST = "manifest.json"  # orchestrator/launch/materialise.py writes it in the sweep directory
 
 
 # --- what a cell's run carries ---------------------------------------------------------------------------------

@@ -100,7 +100,8 @@ class RunDir:
 
     @property
     def baseline(self) -> Path:
-        """The marker of a baseline's run dir (orchestrator/baselines.py): evaluate the base model, train nothing."""
+        """The marker of a baseline's run dir (orchestrator/baselines/declare.py): evaluate the base model, train
+        nothing."""
         return self.path / "baseline.json"
 
     def is_baseline(self) -> bool:

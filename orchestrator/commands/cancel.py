@@ -7,10 +7,10 @@ import os
 import signal
 import time
 
+from orchestrator.cluster.query import SlurmError, scancel
 from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
 from orchestrator.console import console
-from orchestrator.ledger import KINDS, LIVE, Ledger, latest
-from orchestrator.slurm_query import SlurmError, scancel
+from orchestrator.launch.ledger import KINDS, LIVE, Ledger, latest
 from record.errors import UserError
 
 EXAMPLES = """examples:

@@ -7,7 +7,7 @@ from collections import deque
 from pathlib import Path
 
 from orchestrator.console import console
-from orchestrator.ledger import KINDS, latest
+from orchestrator.launch.ledger import KINDS, latest
 from record.errors import UserError
 
 EXAMPLES = """examples:

@@ -7,11 +7,12 @@ import re
 import sys
 from pathlib import Path
 
-from orchestrator import report, report_async, report_base, report_late
-from orchestrator.baseline_state import baseline_rows, current_baselines
-from orchestrator.cell_state import current_records, rows, run_config
+from orchestrator.baselines.state import baseline_rows, current_baselines
 from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
-from orchestrator.ledger import Ledger
+from orchestrator.launch.ledger import Ledger
+from orchestrator.report import asynchronous, late, paper
+from orchestrator.report import baselines as base_models
+from orchestrator.status.cells import cell_rows, current_records, run_config
 from record.identity import cell_name
 from record.run_names import read_manifest
 from record.rundir import RunDir, read_json
@@ -46,38 +47,38 @@ def run(args: argparse.Namespace) -> int:
     sweep_dir = sweep_dir_of(args.sweep, args.overrides)
     out = Path(args.out) if args.out else sweep_dir / "report"
     records = current_records(sweep_dir) if Ledger(sweep_dir).exists() else {}
-    data = rows(records)
+    data = cell_rows(records)
     configs = {key: run_config(Path(r["run_dir"])) for key, r in records.items()}
-    kls = {key: report.kl_settings(records[key]["axes"], flat) for key, flat in configs.items()}
+    kls = {key: paper.kl_settings(records[key]["axes"], flat) for key, flat in configs.items()}
     histories, notes = read_histories(records)
     cells = [{"row": r, "kl": kls[r["run_key"]], "history": histories[r["run_key"]],
-              "async_level": report_async.async_level(r["axes"], configs[r["run_key"]])} for r in data]
+              "async_level": asynchronous.async_level(r["axes"], configs[r["run_key"]])} for r in data]
     out.mkdir(parents=True, exist_ok=True)
     images: dict[str, bytes] = {}
     figures = {"curves": [_save(plots().curves_figure(p), out, f"curves-{p['title']}", images, p["title"])
-                          for p in report.panels([c for c in cells if any(c["history"].values())])]}
-    scores = report.final_scores(data, kls)
+                          for p in paper.panels([c for c in cells if any(c["history"].values())])]}
+    scores = paper.final_scores(data, kls)
     contexts = list(dict.fromkeys(s["context"] for s in scores))
     titles = {ctx: cell_name(ctx) or "every cell" for ctx in contexts}
     bases = baseline_rows(current_baselines(sweep_dir))
     figures["scores"] = [_save(plots().scores_figure([s for s in scores if s["context"] == ctx], titles[ctx],
-                                                     report_base.references(bases, ctx)), out,
+                                                     base_models.references(bases, ctx)), out,
                                f"scores-{titles[ctx]}", images, f"final mean@k: {titles[ctx]}") for ctx in contexts]
-    fig7 = report_async.async_panels(cells)
+    fig7 = asynchronous.async_panels(cells)
     figures["async"] = [_save(plots().async_figure(fig7), out, "async-figure7", images,
                               "Figure 7: held-out pass@1 by KL configuration and async level")] if fig7 else []
     planned = read_manifest(sweep_dir).get("cells", [])
-    blocks = report.document(sweep_dir.name, data, kls, report.coverage(data, planned), figures, notes)
-    blocks += report_base.blocks(bases)
-    blocks += report_async.blocks(figures["async"])
+    blocks = paper.document(sweep_dir.name, data, kls, paper.coverage(data, planned), figures, notes)
+    blocks += base_models.blocks(bases)
+    blocks += asynchronous.blocks(figures["async"])
     at = next((i for i, b in enumerate(blocks) if b[0] == "h" and b[2].startswith("Training curves")), len(blocks))
-    blocks[at:at] = report_late.blocks(report_late.late_values([c for c in cells if report.finished(c["row"])]))
-    (out / "report.md").write_text(report.render_markdown(blocks), encoding="utf-8")
-    (out / "report.html").write_text(report.render_html(blocks, images, f"Sweep {sweep_dir.name}"), encoding="utf-8")
+    blocks[at:at] = late.blocks(late.late_values([c for c in cells if paper.finished(c["row"])]))
+    (out / "report.md").write_text(paper.render_markdown(blocks), encoding="utf-8")
+    (out / "report.html").write_text(paper.render_html(blocks, images, f"Sweep {sweep_dir.name}"), encoding="utf-8")
     for note in notes:
         if "unreachable" in note:
             print(f"warning: {note}", file=sys.stderr)
-    done = sum(1 for r in data if report.finished(r))
+    done = sum(1 for r in data if paper.finished(r))
     print(f"{sweep_dir.name}: {len(data)} cells, {done} finished; {len(images)} figures; "
           f"{out / 'report.html'} and report.md")
     return 0
@@ -86,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 def read_histories(records: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
     """Each cell's curves, {run_key: {metric: [(step, value)]}}, and notes on where they came from: MLflow for
     the cells that opened a run there, else (no run, or the store unreachable) the run directory."""
-    from orchestrator.sweep_tracking import metric_histories
+    from orchestrator.tracking.sweep_run import metric_histories
     from record.tracker import read_run_file
 
     by_uri: dict[str, dict[str, str]] = {}
@@ -97,7 +98,7 @@ def read_histories(records: dict[str, dict]) -> tuple[dict[str, dict], list[str]
     found, notes = {}, []
     for uri, run_ids in by_uri.items():
         try:
-            found.update(metric_histories(uri, run_ids, report.CURVES))
+            found.update(metric_histories(uri, run_ids, paper.CURVES))
             notes.append(f"Curves of {len(run_ids)} cell(s) from MLflow ({uri}).")
         except ConnectionError as err:
             notes.append(f"The MLflow store {uri} is unreachable ({err}): the curves of {len(run_ids)} cell(s) "
@@ -119,18 +120,18 @@ def run_dir_history(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     run = RunDir(run_dir)
     _, state = run.latest_state()
     history = {k: {int(s): float(v) for s, v in points}
-               for k, points in ((state.get("collapse") or {}).get("history") or {}).items() if k in report.CURVES}
+               for k, points in ((state.get("collapse") or {}).get("history") or {}).items() if k in paper.CURVES}
     last = read_json(run.last_metrics) or {}
     for key, value in (last.get("metrics") or {}).items():
-        if key in report.CURVES and isinstance(last.get("step"), int) and isinstance(value, (int, float)):
+        if key in paper.CURVES and isinstance(last.get("step"), int) and isinstance(value, (int, float)):
             history.setdefault(key, {})[last["step"]] = float(value)
     return {k: sorted(points.items()) for k, points in history.items()}
 
 
 def plots():
-    from orchestrator import report_plots  # matplotlib only when there is something to draw
+    from orchestrator.report import plots  # matplotlib only when there is something to draw
 
-    return report_plots
+    return plots
 
 
 def _save(fig, out: Path, stem: str, images: dict[str, bytes], caption: str) -> tuple[str, str]:

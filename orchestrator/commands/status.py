@@ -12,13 +12,14 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator import results, watcher_state
-from orchestrator.baseline_state import baseline_ids, baseline_rows, current_baselines
-from orchestrator.cell_state import current_state, on_slurm, rows
+from orchestrator.baselines.state import baseline_ids, baseline_rows, current_baselines
+from orchestrator.cluster.query import available
 from orchestrator.console import console
-from orchestrator.ledger import settled
-from orchestrator.slurm_query import available
-from orchestrator.sweep_tracking import links
+from orchestrator.launch.ledger import settled
+from orchestrator.status import outcomes
+from orchestrator.status.cells import cell_rows, current_state, on_slurm
+from orchestrator.tracking.sweep_run import links
+from orchestrator.watch import state as watcher_state
 from record.errors import UserError
 from record.identity import format_value
 
@@ -77,7 +78,7 @@ def sweep_dir_of(sweep: str, overrides: list[str] | None = None) -> Path:
             raise UserError(f"{path}: not a sweep directory (no ledger/ or manifest.json); give the sweep file or "
                             f"<output_root>/<sweep name>")
         return path.absolute()
-    from orchestrator.sweep import load_sweep
+    from orchestrator.sweep.expand import load_sweep
 
     loaded = load_sweep(path, overrides or [])
     return (Path(loaded.spec.output_root) / loaded.name).absolute()
@@ -87,17 +88,17 @@ def table(sweep_dir: Path, data: list[dict], width: int = 240) -> Table:
     """The cells, with the columns that fit in `width` (the rest named in the caption; --json has them all)."""
     axes = list(dict.fromkeys(k for row in data for k in row["axes"]))
     metrics = [m for m in METRICS if any(m in row["metrics"] for row in data)]
-    evals = results.mean_at_k_keys({k for row in data for k in row["eval"]})
+    evals = outcomes.mean_at_k_keys({k for row in data for k in row["eval"]})
     # (header, one text per row, priority: lower stays longer). The cell name carries the axes, so they go first.
     columns = [("cell", [r["name"] for r in data], 0),
-               *((results.short(a), [format_value(r["axes"].get(a, "")) for r in data], 9) for a in axes),
+               *((outcomes.short(a), [format_value(r["axes"].get(a, "")) for r in data], 9) for a in axes),
                ("state", [r["state"] for r in data], 1),
                ("att", [f"{r['train_attempts']}/{r['eval_attempts']}" for r in data], 8),
                ("job", [r["job_id"] or "-" for r in data], 8),
                ("step", ["-" if r["step"] is None else str(r["step"]) for r in data], 6),
-               *((results.short(m), [_num(r["metrics"].get(m)) for r in data], 5 if m == results.REWARD else 7)
+               *((outcomes.short(m), [_num(r["metrics"].get(m)) for r in data], 5 if m == outcomes.REWARD else 7)
                  for m in metrics),
-               *((results.short(e), [_num(r["eval"].get(e)) for r in data], 2) for e in evals),
+               *((outcomes.short(e), [_num(r["eval"].get(e)) for r in data], 2) for e in evals),
                ("verdict", [r["verdict"] or "-" for r in data], 2),
                ("why", [r["reason"] or "" for r in data], 4)]
     title = f"{sweep_dir.name}: {len(data)} cells ({time.strftime('%H:%M:%S')})"
@@ -106,12 +107,12 @@ def table(sweep_dir: Path, data: list[dict], width: int = 240) -> Table:
 
 def summary_table(data: list[dict], width: int = 240) -> Table:
     """One row per configuration: each task's mean@k and the final reward as mean +- sd over its seeds."""
-    entries = results.summary(data)
-    keys = results.mean_at_k_keys({k for row in data for k in row["eval"]})
-    keys += [results.REWARD] if any(e["metrics"][results.REWARD]["n"] for e in entries) else []
+    entries = outcomes.summary(data)
+    keys = outcomes.mean_at_k_keys({k for row in data for k in row["eval"]})
+    keys += [outcomes.REWARD] if any(e["metrics"][outcomes.REWARD]["n"] for e in entries) else []
     columns = [("configuration", [e["config"] for e in entries], 0),
                ("seeds", [str(len(e["seeds"])) for e in entries], 3),
-               *((results.short(k), [_spread(e["metrics"][k], len(e["seeds"])) for e in entries], 1) for k in keys),
+               *((outcomes.short(k), [_spread(e["metrics"][k], len(e["seeds"])) for e in entries], 1) for k in keys),
                ("verdicts", [", ".join(f"{n} {v}" for v, n in e["verdicts"].items()) for e in entries], 2)]
     caption = "mean ± sd (sample) over the seeds that have it; n= where fewer do; --json adds min and max"
     return _fitted(f"{len(entries)} configurations over seeds", columns, width, flexible="verdicts",
@@ -121,7 +122,7 @@ def summary_table(data: list[dict], width: int = 240) -> Table:
 def _fitted(title: str, columns: list, width: int, flexible: str, caption: str = "") -> Table:
     widths = [max([len(header), *(len(v) for v in values)]) for header, values, _ in columns]
     names = [header for header, _, _ in columns]
-    kept = results.fit(widths, [p for _, _, p in columns], width, names.index(flexible))
+    kept = outcomes.fit(widths, [p for _, _, p in columns], width, names.index(flexible))
     dropped = [names[i] for i in range(len(columns)) if i not in kept]
     if dropped:
         caption = f"{caption}; " if caption else ""
@@ -150,13 +151,13 @@ def _spread(stats: dict, seeds: int) -> str:
 
 def baselines_table(data: list[dict], width: int = 240) -> Table:
     """The base models evaluated once (sweep.baselines): state and each task's mean@k."""
-    evals = results.mean_at_k_keys({k for row in data for k in row["eval"]})
+    evals = outcomes.mean_at_k_keys({k for row in data for k in row["eval"]})
     columns = [("baseline", [r["name"] for r in data], 0),
                ("model", [r["name_or_path"] or "-" for r in data], 3),
                ("chat template", ["on" if r["chat_template"] else "off" for r in data], 2),
                ("state", [r["state"] for r in data], 1),
                ("job", [r["job_id"] or "-" for r in data], 5),
-               *((results.short(e), [_num(r["eval"].get(e)) for r in data], 1) for e in evals),
+               *((outcomes.short(e), [_num(r["eval"].get(e)) for r in data], 1) for e in evals),
                ("why", [r["reason"] or "" for r in data], 4)]
     return _fitted(f"{len(data)} baselines (base models, evaluated once)", columns, width, flexible="why")
 
@@ -176,7 +177,7 @@ def read(sweep_dir: Path) -> tuple[dict[str, dict], list[str], dict[str, dict]]:
 def all_rows(sweep_dir: Path) -> list[dict]:
     """The cells' rows, then the baselines' (each with "baseline": true)."""
     records, _, bases = read(sweep_dir)
-    return rows(records) + baseline_rows(bases)
+    return cell_rows(records) + baseline_rows(bases)
 
 
 def render(sweep_dir: Path, width: int, records: dict[str, dict] | None = None, watcher: list[str] = (),
@@ -184,7 +185,7 @@ def render(sweep_dir: Path, width: int, records: dict[str, dict] | None = None, 
     """The tables (and the watcher's lines); `records` None: read now."""
     if records is None:
         records, watcher, bases = read(sweep_dir)
-    data, base_rows = rows(records), baseline_rows(bases or {})
+    data, base_rows = cell_rows(records), baseline_rows(bases or {})
     return Group(table(sweep_dir, data, width), summary_table(data, width),
                  *([baselines_table(base_rows, width)] if base_rows else []), *(Text(line) for line in watcher))
 
@@ -199,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
         out.print(render(sweep_dir, out.width, records, [], bases))
         for line in watcher:
             out.print(line, soft_wrap=True, highlight=False)
-        for line in links(records):  # where to browse the runs (orchestrator/sweep_tracking.py)
+        for line in links(records):  # where to browse the runs (orchestrator/tracking/sweep_run.py)
             out.print(line, soft_wrap=True, highlight=False)  # a link split over lines no longer opens
         return 0
     with Live(render(sweep_dir, out.width), console=out, auto_refresh=False) as live:

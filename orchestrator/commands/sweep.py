@@ -13,16 +13,16 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.rule import Rule
 from rich.table import Table
 
+from orchestrator.cluster.executor import Options, choose_executor, make_backend, render_sbatch, watcher_params
+from orchestrator.cluster.sbatch_values import LIMITS
 from orchestrator.commands.validate import add_sweep_arguments, summary
 from orchestrator.commands.watch import add_watch_arguments, follow
 from orchestrator.console import console
-from orchestrator.launch import launch
-from orchestrator.manifest import materialise
-from orchestrator.plan import Plan, make_plan
-from orchestrator.slurm_values import LIMITS
-from orchestrator.submit import Options, choose_executor, make_backend, render_sbatch, watcher_params
-from orchestrator.sweep import Sweep, load_sweep
-from orchestrator.watcher_job import DEFAULT_POLL_S, Starter
+from orchestrator.launch.materialise import materialise
+from orchestrator.launch.plan import Plan, make_plan
+from orchestrator.launch.submit import launch
+from orchestrator.sweep.expand import Sweep, load_sweep
+from orchestrator.watch.job import DEFAULT_POLL_S, Starter
 from record.errors import UserError
 from record.identity import format_value
 
@@ -70,7 +70,7 @@ def register(subparsers) -> None:
                         help="jobs may not be requeued by Slurm: a node failure ends them, the watcher resubmits")
     parser.add_argument("--train-entry", default=Options.train_entry, metavar="MODULE:FUNCTION",
                         help="what a training job calls with its run dir (default %(default)s; "
-                             "orchestrator.jobs:probe_train exercises the machinery in seconds)")
+                             "orchestrator.cluster.jobs:probe_train exercises the machinery in seconds)")
     parser.add_argument("--eval-entry", default=Options.eval_entry, metavar="MODULE:FUNCTION",
                         help="what an evaluation job calls with its run dir (default %(default)s)")
     add_watch_arguments(parser)
@@ -141,7 +141,7 @@ def wait_for_baselines(sweep: Sweep, sweep_dir, backend, poll: float, timeout: f
     """Local executor: the baselines' jobs run in this process's executor, so it waits for them too."""
     if backend.kind != "local" or not sweep.baselines:
         return 0
-    from orchestrator.baseline_jobs import wait_baselines
+    from orchestrator.baselines.submit import wait_baselines
 
     states = wait_baselines(sweep_dir, backend, min(poll, 5.0), timeout)
     out.print("baselines: " + ", ".join(f"{key} {state}" for key, state in sorted(states.items())))
@@ -150,7 +150,7 @@ def wait_for_baselines(sweep: Sweep, sweep_dir, backend, poll: float, timeout: f
 
 def check_tracking(sweep: Sweep) -> None:
     """Every tracking store the jobs would log into answers, or one message and nothing written or submitted."""
-    from orchestrator.tracking_check import job_uris, problems
+    from orchestrator.tracking.check import job_uris, problems
 
     found = problems(job_uris(c.config.tracking.tracking_uri for c in sweep.cells))
     if found:

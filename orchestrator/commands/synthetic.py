@@ -84,7 +84,7 @@ def run(args) -> int:
     from rich.console import Console
     from rich.progress import Progress
 
-    from orchestrator.synthetic_report import plot_figure1, table
+    from orchestrator.report.synthetic import plot_figure1, table
     from trainer.toy_study import run_study, to_json
 
     problems = []

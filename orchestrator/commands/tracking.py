@@ -76,7 +76,7 @@ def _data_dir(parser: argparse.ArgumentParser, required: bool = True) -> None:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from orchestrator.tracking_server import up
+    from orchestrator.tracking.server import up
 
     out = console()
     for name in ("port", "pg_port", "workers"):
@@ -95,7 +95,7 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 def run_down(args: argparse.Namespace) -> int:
-    from orchestrator.tracking_server import down
+    from orchestrator.tracking.server import down
 
     out = console()
     down(args.data_dir, say=lambda line: out.print(line, soft_wrap=True))
@@ -103,7 +103,7 @@ def run_down(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from orchestrator.tracking_server import status
+    from orchestrator.tracking.server import status
 
     info = status(args.data_dir)
     if args.uri:
@@ -130,8 +130,8 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from orchestrator.tracking_import import import_store, source_uri
-    from orchestrator.tracking_server import status
+    from orchestrator.tracking.server import status
+    from orchestrator.tracking.store_import import import_store, source_uri
 
     source = source_uri(args.source)
     if source.startswith("sqlite:///") and not Path(source[len("sqlite:///"):]).is_file():

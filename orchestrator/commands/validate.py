@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from orchestrator.console import console
-from orchestrator.plan import Plan, make_plan
-from orchestrator.sweep import Sweep, load_sweep
+from orchestrator.launch.plan import Plan, make_plan
+from orchestrator.sweep.expand import Sweep, load_sweep
 from record.identity import format_value
 
 EXAMPLES = """examples:

@@ -9,14 +9,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from orchestrator.cluster.executor import load_options, make_backend
+from orchestrator.cluster.query import available
 from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
 from orchestrator.console import console
-from orchestrator.ledger import Ledger, cell_status, settled
-from orchestrator.slurm_query import available
-from orchestrator.submit import load_options, make_backend
-from orchestrator.sweep_tracking import close_parent
-from orchestrator.watch import Watcher
-from orchestrator.watcher_job import DEFAULT_POLL_S, start_by_hand
+from orchestrator.launch.ledger import Ledger, cell_status, settled
+from orchestrator.tracking.sweep_run import close_parent
+from orchestrator.watch.job import DEFAULT_POLL_S, start_by_hand
+from orchestrator.watch.watcher import Watcher
 from record.errors import UserError
 
 EXAMPLES = """examples:

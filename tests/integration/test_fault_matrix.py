@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.tracking_server import up
+from orchestrator.tracking.server import up
 from tests.support.fault_row import histories, measured
 from tests.support.fault_sweep import REAL, REAL_CELL, FaultSweep, job_environment
 from tests.support.slurm_queue import step_pids

@@ -1,6 +1,6 @@
 """The fault matrix's cheap rows (docs/reliability.md), in CI: faults of the orchestrator's own decisions, played
-out in seconds by the probe job (orchestrator.jobs:probe_train: counts to N, one checkpoint per step). A probe logs
-no metrics, so these rows measure jobs and decisions; the rows with metrics train for real
+out in seconds by the probe job (orchestrator.cluster.jobs:probe_train: counts to N, one checkpoint per step).
+A probe logs no metrics, so these rows measure jobs and decisions; the rows with metrics train for real
 (tests/integration/test_fault_matrix.py).
 """
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from orchestrator.ledger import attempts
+from orchestrator.launch.ledger import attempts
 from tests.support.fault_row import Row, probe_row
 from tests.support.fault_sweep import REPO, FaultSweep
 
@@ -57,9 +57,9 @@ def test_a_users_cancellation_is_kept_and_never_resubmitted(cell):
 KILLED_WATCHER = """
 import os, signal, sys
 from pathlib import Path
-from orchestrator.ledger import Ledger
-from orchestrator.submit import SlurmBackend, load_options
-from orchestrator.watch import Watcher
+from orchestrator.launch.ledger import Ledger
+from orchestrator.cluster.executor import SlurmBackend, load_options
+from orchestrator.watch.watcher import Watcher
 when, sweep_dir, real = sys.argv[1], Path(sys.argv[2]), SlurmBackend.submit
 def submit(self, kind, *args, **kwargs):
     if when == "before":

@@ -211,7 +211,7 @@ def test_the_experiment_link_lands_on_the_runs_table(server, tmp_path):
 
 
 def test_sweep_parent_is_closed_when_settled_and_reopened_by_a_resubmitted_cell(tmp_path):
-    from orchestrator.sweep_tracking import close_sweep_parent
+    from orchestrator.tracking.sweep_run import close_sweep_parent
     from record.tracker import read_run_file
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"

@@ -1,5 +1,5 @@
 """The MLflow UI in a real browser (headless Debian Chromium) over a real sweep's store, opened by the links the
-project prints (`orchestrate status`, `make mlflow-ui`: orchestrator/sweep_tracking.py `links`).
+project prints (`orchestrate status`, `make mlflow-ui`: orchestrator/tracking/sweep_run.py `links`).
 
 The sweep is the smoke sweep run for real by the local executor with the probe jobs (seconds, not the minutes of
 real training); each cell's MLflow run is then opened through the trainer's own `_open_tracker` and the eval
@@ -24,7 +24,8 @@ from tests.support.mlflow_server import MlflowServer
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-PROBE = ["--train-entry", "orchestrator.jobs:probe_train", "--eval-entry", "orchestrator.jobs:probe_eval"]
+PROBE = ["--train-entry", "orchestrator.cluster.jobs:probe_train",
+         "--eval-entry", "orchestrator.cluster.jobs:probe_eval"]
 EVAL = {"k1-reward-s0": {"tiny": 0.31, "tiny_ood": 0.12}, "k3-loss-s0": {"tiny": 0.52, "tiny_ood": 0.16}}
 BROWSER = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -56,8 +57,8 @@ def build_sweep(root: Path, uri: str) -> dict[str, dict]:
     `close_parent`. Returns the ledger's records."""
     import yaml
 
-    from orchestrator.ledger import Ledger
-    from orchestrator.sweep_tracking import close_parent
+    from orchestrator.launch.ledger import Ledger
+    from orchestrator.tracking.sweep_run import close_parent
     from record.keys import eval_metric_keys
     from record.tracker import MlflowTracker
     from trainer.config import RunConfig
@@ -115,7 +116,7 @@ def test_the_printed_links_open_the_sweeps_runs_table_and_compare_view(tmp_path,
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     records = build_sweep(tmp_path, uri)
 
-    from orchestrator.sweep_tracking import links
+    from orchestrator.tracking.sweep_run import links
     from record.tracker_ui import LOCAL_UI
 
     lines = links(records)

@@ -11,13 +11,14 @@ import sys
 import time
 from pathlib import Path
 
-from orchestrator.ledger import Ledger
-from orchestrator.sweep_tracking import metric_histories
+from orchestrator.launch.ledger import Ledger
+from orchestrator.tracking.sweep_run import metric_histories
 from record.tracker import MlflowTracker, read_run_file
 from trainer.collapse import CollapseMonitor
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = ["--train-entry", "orchestrator.jobs:probe_train", "--eval-entry", "orchestrator.jobs:probe_eval"]
+PROBE = ["--train-entry", "orchestrator.cluster.jobs:probe_train",
+         "--eval-entry", "orchestrator.cluster.jobs:probe_eval"]
 STEPS = 12
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.ledger import Ledger
+from orchestrator.launch.ledger import Ledger
 from trainer import vllm_support
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow,

@@ -1,5 +1,5 @@
 """One contract between `orchestrate status` and the writers of what it shows: the REAL evaluation (the
-orchestrator's eval entry, orchestrator/jobs.py run_eval -> eval.run.evaluate on the tiny model, lm-eval's hf
+orchestrator's eval entry, orchestrator/cluster/jobs.py run_eval -> eval.run.evaluate on the tiny model, lm-eval's hf
 backend on CPU, a real MLflow sqlite store) and the REAL collapse monitor write into a run directory laid out by
 `materialise` from sweeps/smoke.yaml; status reads them back. No eval_result.json or verdict.json by hand."""
 
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import cell_state
-from orchestrator import ledger as L
+from orchestrator.cluster.jobs import EVAL_ENTRY, run_eval
 from orchestrator.commands import status
-from orchestrator.jobs import EVAL_ENTRY, run_eval
-from orchestrator.manifest import materialise
-from orchestrator.plan import make_plan
-from orchestrator.sweep import load_sweep
+from orchestrator.launch import ledger as L
+from orchestrator.launch.materialise import materialise
+from orchestrator.launch.plan import make_plan
+from orchestrator.status import cells
+from orchestrator.sweep.expand import load_sweep
 from record.rundir import tag_for
 from trainer.collapse import CollapseMonitor
 
@@ -74,7 +74,7 @@ def test_status_shows_what_the_real_eval_and_collapse_writers_wrote(tmp_path, mo
     print(f"evaluation took {time.monotonic() - start:.1f}s")
 
     written = summary["tasks"]["tiny"]["metrics"][f"eval/tiny/mean_at_{K}"]
-    rows = {r["name"]: r for r in cell_state.rows(cell_state.current_records(sweep_dir))}
+    rows = {r["name"]: r for r in cells.cell_rows(cells.current_records(sweep_dir))}
     row = rows["k1-reward-s0"]
     assert row["eval"][f"eval/tiny/mean_at_{K}"] == written
     assert (row["verdict"], row["verdict_reason"]) == ("unstable", monitor.verdict.reason)

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.ledger import Ledger, latest
-from orchestrator.manifest import materialise
-from orchestrator.plan import make_plan
-from orchestrator.sweep import load_sweep
+from orchestrator.launch.ledger import Ledger, latest
+from orchestrator.launch.materialise import materialise
+from orchestrator.launch.plan import make_plan
+from orchestrator.sweep.expand import load_sweep
 from tests.support.slurm_queue import cancel_named
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = ["--train-entry", "orchestrator.jobs:probe_train", "--eval-entry", "orchestrator.jobs:probe_eval"]
+PROBE = ["--train-entry", "orchestrator.cluster.jobs:probe_train",
+         "--eval-entry", "orchestrator.cluster.jobs:probe_eval"]
 SMALL = ["sweep.slurm.overrides.cpus_per_task=1", "sweep.slurm.overrides.mem_gb=0.5",
          "sweep.slurm.overrides.eval.cpus_per_task=1", "sweep.slurm.overrides.eval.mem_gb=0.5",
          "sweep.slurm.overrides.array_parallelism=2"]

@@ -14,16 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.ledger import Ledger, attempts, latest
-from orchestrator.manifest import materialise
-from orchestrator.plan import make_plan
-from orchestrator.sweep import load_sweep
+from orchestrator.launch.ledger import Ledger, attempts, latest
+from orchestrator.launch.materialise import materialise
+from orchestrator.launch.plan import make_plan
+from orchestrator.sweep.expand import load_sweep
 from tests.support.slurm_queue import cancel_named
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = ["--train-entry", "orchestrator.jobs:probe_train", "--eval-entry", "orchestrator.jobs:probe_eval"]
+PROBE = ["--train-entry", "orchestrator.cluster.jobs:probe_train",
+         "--eval-entry", "orchestrator.cluster.jobs:probe_eval"]
 # Two ranks of one CPU each: the training takes every CPU of partition `local` (the machine's), the deadlock case
 # a watcher in that partition would cause.
 TWO_RANKS = ["sweep.slurm.overrides.tasks_per_node=2", "sweep.slurm.overrides.cpus_per_task=1",

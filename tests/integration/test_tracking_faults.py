@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.tracking_server import up
+from orchestrator.tracking.server import up
 from tests.support.tracking_job import KEYS
 from tests.support.tracking_server import kill_mlflow, server_fixture
 

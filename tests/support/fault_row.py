@@ -79,7 +79,7 @@ def job_counts(records: list[dict], since: float) -> tuple[str, int]:
     under a name the ledger gave one attempt; requeues of a job in place (same id) are counted from sacct -D apart."""
     import subprocess
 
-    from orchestrator.slurm_query import find_by_names
+    from orchestrator.cluster.query import find_by_names
 
     jobs = [j for r in records for j in r["jobs"]]
     names = sorted({j["name"] for j in jobs})
@@ -105,7 +105,7 @@ def decisions(record: dict) -> str:
 
 
 def probe_row(rid: str, fault: str, injected: str, record: dict, since: float, finished: str, seconds: float) -> Row:
-    """The row of a probe cell (orchestrator.jobs:probe_train logs no metrics): jobs and decisions only."""
+    """The row of a probe cell (orchestrator.cluster.jobs:probe_train logs no metrics): jobs and decisions only."""
     jobs, _ = job_counts([record], since)
     latest = Path(record["run_dir"]) / "checkpoints" / "latest.json"
     step = json.loads(latest.read_text())["step"] if latest.exists() else "none"

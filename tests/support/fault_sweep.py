@@ -1,9 +1,9 @@
 """How the fault-matrix tests launch and follow a sweep: ONE place.
 
-The default is the user's: `orchestrate sweep`'s library path (orchestrator/launch.py `launch`) starts the sweep's
-watcher job on Slurm (partition `service`), and `follow()` only reads the ledger until the cell is final, then
+The default is the user's: `orchestrate sweep`'s library path (orchestrator/launch/submit.py `launch`) starts the
+sweep's watcher job on Slurm (partition `service`), and `follow()` only reads the ledger until the cell is final, then
 waits for the watcher job to end itself on the settled sweep. `watcher=False` is `--no-watcher` followed by
-`orchestrate watch` in this process (orchestrator/watch.py `Watcher`): the rows about that interactive watcher.
+`orchestrate watch` in this process (orchestrator/watch/watcher.py `Watcher`): the rows about that interactive watcher.
 A row injects its fault between `launch()` and `follow()`, or from `follow(on_poll=...)`.
 """
 
@@ -17,22 +17,23 @@ import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from orchestrator.launch import LaunchReport, launch
-from orchestrator.ledger import Ledger, latest
-from orchestrator.manifest import materialise
-from orchestrator.plan import make_plan
-from orchestrator.submit import Options, SlurmBackend, watcher_params
-from orchestrator.sweep import Sweep, load_sweep
-from orchestrator.watch import Watcher
-from orchestrator.watcher_job import Starter
-from orchestrator.watcher_state import read_info
+from orchestrator.cluster.executor import Options, SlurmBackend, watcher_params
+from orchestrator.launch.ledger import Ledger, latest
+from orchestrator.launch.materialise import materialise
+from orchestrator.launch.plan import make_plan
+from orchestrator.launch.submit import LaunchReport, launch
+from orchestrator.sweep.expand import Sweep, load_sweep
+from orchestrator.watch.job import Starter
+from orchestrator.watch.state import read_info
+from orchestrator.watch.watcher import Watcher
 from tests.support.slurm_queue import cancel_named
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = Options(executor="slurm", train_entry="orchestrator.jobs:probe_train",
-                eval_entry="orchestrator.jobs:probe_eval")
-# The real training job (orchestrator.jobs:train_job: the tiny model under DeepSpeed ZeRO-3), a stand-in evaluation.
-REAL = Options(executor="slurm", eval_entry="orchestrator.jobs:probe_eval")
+PROBE = Options(executor="slurm", train_entry="orchestrator.cluster.jobs:probe_train",
+                eval_entry="orchestrator.cluster.jobs:probe_eval")
+# The real training job (orchestrator.cluster.jobs:train_job: the tiny model under DeepSpeed ZeRO-3), a stand-in
+# evaluation.
+REAL = Options(executor="slurm", eval_entry="orchestrator.cluster.jobs:probe_eval")
 SMALL = ["sweep.slurm.overrides.cpus_per_task=1", "sweep.slurm.overrides.mem_gb=2",
          "sweep.slurm.overrides.eval.cpus_per_task=1", "sweep.slurm.overrides.eval.mem_gb=0.5"]
 # The cell every real-training row runs: 8 steps, a checkpoint every 2 (two kept), lr high enough to move the policy.

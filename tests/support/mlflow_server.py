@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.tracking_postgres import free_port
+from orchestrator.tracking.postgres import free_port
 
 
 class MlflowServer:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.tracking_postgres import free_port
-from orchestrator.tracking_server import State, down, read_state, up
+from orchestrator.tracking.postgres import free_port
+from orchestrator.tracking.server import State, down, read_state, up
 
 
 def open_tmp_dir(prefix: str) -> Path:

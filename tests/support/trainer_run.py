@@ -43,7 +43,8 @@ def run(tmp_path: Path, name: str, kl: dict, **sections):
     key = run_key(cfg)
     run_dir = tmp_path / name
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))  # as orchestrator/manifest.py writes it
+    # as orchestrator/launch/materialise.py writes it
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict()))
     result = train(cfg, RunContext(run_dir=run_dir, run_key=key, micro_groups=2))
     return result, run_dir, cfg, key
 

@@ -75,7 +75,7 @@ def test_dry_run_prints_the_plan_and_touches_nothing(tmp_path, monkeypatch, caps
     out = capsys.readouterr().out
     assert snapshot(tmp_path, SWEEPS, REPO / "slurm" / "profiles") == before
     assert not (tmp_path / "runs").exists()
-    from orchestrator.sweep import load_sweep
+    from orchestrator.sweep.expand import load_sweep
     for cell in load_sweep(SWEEPS / "onpolicy.yaml").cells[:20]:  # the table's rows carry the run_keys
         assert cell.run_key in out and cell.name in out
     for text in ("sweep onpolicy: 102 cells", "job arrays on profile a100", "train-0 (102 tasks) --aftercorr--> eval-0",
@@ -89,7 +89,8 @@ def test_sweep_without_dry_run_writes_run_dirs_and_follows_the_local_executor(tm
     functions standing in for training and evaluation."""
     monkeypatch.chdir(tmp_path)
     rc = main(["sweep", str(SWEEPS / "smoke.yaml"), "optim.steps=2", "--executor", "local",
-               "--train-entry", "orchestrator.jobs:probe_train", "--eval-entry", "orchestrator.jobs:probe_eval",
+               "--train-entry", "orchestrator.cluster.jobs:probe_train",
+               "--eval-entry", "orchestrator.cluster.jobs:probe_eval",
                "--poll", "1"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err

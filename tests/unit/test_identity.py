@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.sweep import load_sweep
+from orchestrator.sweep.expand import load_sweep
 from record.identity import EXCLUDED, _canonical_run_config, canonical_json, identity_dict, run_key
 from trainer.config import RunConfig
 
@@ -40,7 +40,7 @@ def changed(value):
 def test_same_sweep_same_keys_across_loads_and_processes():
     keys = [c.run_key for c in load_sweep(ONPOLICY).cells]
     assert keys == [c.run_key for c in load_sweep(ONPOLICY).cells]
-    code = ("import json, sys; from orchestrator.sweep import load_sweep; "
+    code = ("import json, sys; from orchestrator.sweep.expand import load_sweep; "
             f"print(json.dumps([c.run_key for c in load_sweep({str(ONPOLICY)!r}).cells]))")
     other = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True,
                            env={"PYTHONHASHSEED": "12345", "PATH": "/usr/bin:/bin"})

@@ -70,15 +70,15 @@ def test_the_layer_check_sees_a_wrong_arrow(tmp_path):
     """The check above can fail: an import of orchestrator/ inside a trainer/ function, and a relative import that
     climbs out of record/, are both arrows it reports."""
     (tmp_path / "trainer").mkdir()
-    (tmp_path / "trainer" / "bad.py").write_text("def f():\n    from orchestrator.ledger import Ledger\n")
+    (tmp_path / "trainer" / "bad.py").write_text("def f():\n    from orchestrator.launch.ledger import Ledger\n")
     (tmp_path / "record").mkdir()
     (tmp_path / "record" / "worse.py").write_text("from ..trainer import config\n")
-    assert _wrong_arrows("trainer", tmp_path) == ["trainer/bad.py:2 imports orchestrator.ledger"]
+    assert _wrong_arrows("trainer", tmp_path) == ["trainer/bad.py:2 imports orchestrator.launch.ledger"]
     assert _wrong_arrows("record", tmp_path) == ["record/worse.py:1 imports trainer"]
 
 
 @pytest.mark.parametrize(("code", "module"), [
-    ("import orchestrator.ledger", "orchestrator.ledger"),
+    ("import orchestrator.launch.ledger", "orchestrator.launch.ledger"),
     ("import orchestrator.commands.status", "orchestrator.commands.status"),
     # what `orchestrate status ...` builds before it runs: its own parser, not every command's
     ("from orchestrator.cli import build_parser; build_parser('status')", "orchestrator.commands.status"),

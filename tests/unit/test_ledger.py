@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import ledger as L
-from orchestrator.slurm_query import (
+from orchestrator.cluster.query import (
     JobRow,
     expand_job_id,
     parse_max_array_size,
@@ -21,6 +20,7 @@ from orchestrator.slurm_query import (
     parse_squeue,
     parse_time,
 )
+from orchestrator.launch import ledger as L
 from record.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -169,7 +169,7 @@ def test_a_live_job_sacct_never_heard_of_is_asked_of_squeue_then_vanishes(tmp_pa
 
 def test_a_lock_is_waited_for_when_asked_and_refused_at_once_otherwise(tmp_path):
     ledger = L.Ledger(tmp_path)
-    code = ("import sys, time\nfrom orchestrator.ledger import Ledger\n"
+    code = ("import sys, time\nfrom orchestrator.launch.ledger import Ledger\n"
             "with Ledger(sys.argv[1]).lock('a watcher poll'):\n    print('held', flush=True)\n    time.sleep(1.5)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
                               cwd=REPO)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.manifest import materialise
-from orchestrator.plan import make_plan
-from orchestrator.sweep import load_sweep
+from orchestrator.launch.materialise import materialise
+from orchestrator.launch.plan import make_plan
+from orchestrator.sweep.expand import load_sweep
 from record.errors import UserError
 from record.identity import run_key
 from record.rundir import atomic_write
@@ -121,8 +121,8 @@ def test_the_fast_yaml_dumper_writes_what_the_pure_python_one_writes():
     """Run dirs are compared byte for byte on a rerun; the libyaml dumper must not change a file PyYAML wrote."""
     import yaml
 
-    from orchestrator.manifest import _DUMPER
-    from orchestrator.sweep import load_sweep
+    from orchestrator.launch.materialise import _DUMPER
+    from orchestrator.sweep.expand import load_sweep
 
     sweeps = sorted((Path(__file__).resolve().parents[2] / "sweeps").glob("*.yaml"))
     configs = [c.config.to_dict() for f in sweeps for c in load_sweep(f).cells]

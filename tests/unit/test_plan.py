@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.plan import make_plan
-from orchestrator.submit import render_sbatch, sbatch_parameters
-from orchestrator.sweep import load_sweep
+from orchestrator.cluster.executor import render_sbatch, sbatch_parameters
+from orchestrator.launch.plan import make_plan
+from orchestrator.sweep.expand import load_sweep
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 

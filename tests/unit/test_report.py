@@ -1,6 +1,6 @@
-"""`orchestrate report`'s pure parts (orchestrator/report.py) and the command over a small sweep directory whose
-files come from the real writers: the ledger's records (orchestrator/ledger.py), the collapse monitor's verdict
-and checkpoint history (trainer/collapse.py), eval_result.json as orchestrator/jobs.py writes it."""
+"""`orchestrate report`'s pure parts (orchestrator/report/paper.py) and the command over a small sweep directory whose
+files come from the real writers: the ledger's records (orchestrator/launch/ledger.py), the collapse monitor's verdict
+and checkpoint history (trainer/collapse.py), eval_result.json as orchestrator/cluster/jobs.py writes it."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import cell_state, report
-from orchestrator import ledger as L
 from orchestrator.cli import main
-from orchestrator.jobs import write_json
+from orchestrator.cluster.jobs import write_json
+from orchestrator.launch import ledger as L
+from orchestrator.report import paper
+from orchestrator.status import cells
 from record.identity import cell_name
 from record.rundir import tag_for
 from trainer.collapse import CollapseMonitor
@@ -79,30 +80,30 @@ def sweep(tmp_path) -> Path:
 
 
 def loaded(sweep_dir: Path):
-    records = cell_state.current_records(sweep_dir)
-    data = cell_state.rows(records)
-    kls = {k: report.kl_settings(r["axes"], {}) for k, r in records.items()}
+    records = cells.current_records(sweep_dir)
+    data = cells.cell_rows(records)
+    kls = {k: paper.kl_settings(r["axes"], {}) for k, r in records.items()}
     return data, kls
 
 
 def test_band_spans_the_seeds_at_every_step_any_seed_logged():
-    line = report.band([[(1, 1.0), (2, 3.0)], [(2, 5.0), (3, 7.0)]])
+    line = paper.band([[(1, 1.0), (2, 3.0)], [(2, 5.0), (3, 7.0)]])
     assert line == {"steps": [1, 2, 3], "mean": [1.0, 4.0, 7.0], "min": [1.0, 3.0, 7.0], "max": [1.0, 5.0, 7.0],
                     "n": [1, 2, 1]}
-    assert report.band([])["steps"] == []
+    assert paper.band([])["steps"] == []
 
 
 def test_kl_settings_take_the_axes_over_the_config_and_know_the_reference():
     flat = {"kl.estimator": "k1", "kl.placement": "reward", "kl.beta": 0.1}
-    assert report.kl_settings({"kl.beta": 1}, flat) == {"estimator": "k1", "placement": "reward", "beta": 1,
+    assert paper.kl_settings({"kl.beta": 1}, flat) == {"estimator": "k1", "placement": "reward", "beta": 1,
                                                         "reference": False}
-    assert report.kl_settings({"kl.placement": "none"}, flat)["reference"]
-    assert report.kl_settings({"kl.beta": 0}, flat)["reference"]
+    assert paper.kl_settings({"kl.placement": "none"}, flat)["reference"]
+    assert paper.kl_settings({"kl.beta": 0}, flat)["reference"]
 
 
 def test_final_scores_compare_with_the_beta_0_cell_of_the_same_model(sweep):
     data, kls = loaded(sweep)
-    scores = {s["config"]: s for s in report.final_scores(data, kls)}
+    scores = {s["config"]: s for s in paper.final_scores(data, kls)}
     k1 = scores["k1-reward-b0.1"]
     assert k1["mean"] == pytest.approx(0.65) and (k1["min"], k1["max"], k1["n"]) == (0.6, 0.7, 2)
     assert k1["reference"] == 0.5 and k1["relative"] == pytest.approx(0.3)
@@ -115,15 +116,15 @@ def test_another_models_reference_is_never_the_baseline():
     rows = [{"run_key": f"{m}{p}", "name": f"{m}-{p}-s0", "config": f"{m}-{p}", "state": "done",
              "axes": {"model": m, "kl.placement": p, "seed": 0}, "eval": {"eval/t/mean_at_1": s}, "metrics": {}}
             for m, p, s in (("a", "reward", 0.6), ("a", "none", 0.5), ("b", "reward", 0.9))]
-    kls = {r["run_key"]: report.kl_settings(r["axes"], {"kl.estimator": "k1", "kl.beta": 0.1}) for r in rows}
-    scores = {s["config"]: s for s in report.final_scores(rows, kls)}
+    kls = {r["run_key"]: paper.kl_settings(r["axes"], {"kl.estimator": "k1", "kl.beta": 0.1}) for r in rows}
+    scores = {s["config"]: s for s in paper.final_scores(rows, kls)}
     assert scores["a-reward"]["relative"] == pytest.approx(0.2)
     assert scores["b-reward"]["reference"] is None and scores["b-reward"]["relative"] is None
 
 
 def test_behaviour_counts_the_verdicts_with_their_steps_beside_the_paper(sweep):
     data, kls = loaded(sweep)
-    rows = {b["config"]: b for b in report.behaviour(data, kls)}
+    rows = {b["config"]: b for b in paper.behaviour(data, kls)}
     k3 = rows["k3-loss-b0.1"]
     assert k3["behaviour"] == "collapsed 1/2 (step 8); stable 1/2"
     assert "train/kl_k1" in k3["reason"] and k3["paper_behaviour"] == "stable"
@@ -132,7 +133,7 @@ def test_behaviour_counts_the_verdicts_with_their_steps_beside_the_paper(sweep):
 
 def test_coverage_says_which_cells_are_missing_and_why(sweep):
     data, _ = loaded(sweep)
-    gaps = {g["cell"]: g for g in report.coverage(data, [{"name": "k9-x-s0", "run_key": "nope"}])}
+    gaps = {g["cell"]: g for g in paper.coverage(data, [{"name": "k9-x-s0", "run_key": "nope"}])}
     assert set(gaps) == {"k3-reward-b0.1-s0", "k3-reward-b0.1-s1", "k9-x-s0"}
     assert gaps["k3-reward-b0.1-s0"]["kind"] == "running"
     assert gaps["k3-reward-b0.1-s1"]["kind"] == "failed" and "job failed twice" in gaps["k3-reward-b0.1-s1"]["why"]
@@ -142,7 +143,7 @@ def test_coverage_says_which_cells_are_missing_and_why(sweep):
 def test_panels_draw_the_reference_in_each_configuration_of_its_model(sweep):
     data, kls = loaded(sweep)
     cells = [{"row": r, "kl": kls[r["run_key"]], "history": {"train/kl_k1": [(1, 0.1)]}} for r in data]
-    panels = {p["title"]: p for p in report.panels(cells)}
+    panels = {p["title"]: p for p in paper.panels(cells)}
     assert set(panels) == {"K1 in reward", "K3 in loss", "K3 in reward"}
     assert list(panels["K1 in reward"]["lines"]) == ["beta = 0", "beta = 0.1", "beta = 1"]
     assert panels["K1 in reward"]["seeds"] == {"beta = 0": 2, "beta = 0.1": 2, "beta = 1": 2}
@@ -150,9 +151,9 @@ def test_panels_draw_the_reference_in_each_configuration_of_its_model(sweep):
 
 def test_the_html_page_embeds_its_images_and_escapes_text():
     blocks = [("h", 1, "a <b>"), ("table", ("x", "y"), [("1|2", "<3")]), ("img", "f.png", "cap")]
-    page = report.render_html(blocks, {"f.png": b"\x89PNG"}, "t")
+    page = paper.render_html(blocks, {"f.png": b"\x89PNG"}, "t")
     assert "data:image/png;base64,iVBORw==" in page and "a &lt;b&gt;" in page and "&lt;3" in page
-    assert "| 1\\|2 | <3 |" in report.render_markdown(blocks)
+    assert "| 1\\|2 | <3 |" in paper.render_markdown(blocks)
 
 
 def test_the_command_writes_markdown_html_and_pngs(sweep, tmp_path, capsys):

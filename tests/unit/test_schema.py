@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.profile import SlurmProfile
-from orchestrator.sweep_spec import SweepSpec
+from orchestrator.cluster.profile import SlurmProfile
+from orchestrator.sweep.spec import SweepSpec
 from record.errors import ConfigError
 
 PROFILES = Path(__file__).resolve().parents[2] / "slurm" / "profiles"
@@ -95,7 +95,7 @@ def test_header_problems_all_at_once():
 
 def test_command_line_axis_replaces_or_adds():
     s = spec({"axes": {"model": "a,b"}, "grid": [{"kl.beta": "0.1,0.2"}, {"kl.placement": "none"}]})
-    from orchestrator.sweep_spec import Axis
+    from orchestrator.sweep.spec import Axis
     pinned = s.with_axis(Axis("kl.beta", (0.3,), "0.3"))
     assert [[a.values for a in block] for block in pinned.grid] == [[(0.3,)], [("none",)]]
     added = s.with_axis(Axis("optim.lr", (1e-6, 1e-5), "1e-6,1e-5"))

@@ -18,13 +18,13 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from orchestrator import slurm_values as sv
 from orchestrator.cli import main
-from orchestrator.plan import make_plan
-from orchestrator.profile import SlurmProfile, load_profile
-from orchestrator.submit import render_sbatch
-from orchestrator.sweep import load_sweep
-from orchestrator.sweep_spec import SweepSpec
+from orchestrator.cluster import sbatch_values as sv
+from orchestrator.cluster.executor import render_sbatch
+from orchestrator.cluster.profile import SlurmProfile, load_profile
+from orchestrator.launch.plan import make_plan
+from orchestrator.sweep.expand import load_sweep
+from orchestrator.sweep.spec import SweepSpec
 from record.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

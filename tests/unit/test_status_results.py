@@ -1,5 +1,5 @@
-"""`orchestrate status`'s results: the rows and per-configuration summary (orchestrator/results.py, pure) and the
-tables as a 100-column terminal and a pipe show them. The files here are written by hand in the writers' shapes;
+"""`orchestrate status`'s results: the rows and per-configuration summary (orchestrator/status/outcomes.py, pure)
+and the tables as a 100-column terminal and a pipe show them. The files here are written by hand in the writers' shapes;
 tests/integration/test_status_seam.py has the real writers produce them."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from orchestrator import cell_state, results
-from orchestrator import ledger as L
 from orchestrator.cli import main
 from orchestrator.commands import status
+from orchestrator.launch import ledger as L
+from orchestrator.status import cells, outcomes
 
 REASON = "train/kl_k1 went above 10x its early value (0.1) at step 8"
 TASKS = {"tiny": 0.524, "tiny_ood": 0.161}
@@ -23,7 +23,7 @@ WORD = r"[\w./@-]+"  # what a line break must not split: names, keys, numbers
 
 
 def eval_result(shift: float = 0.0, k: int = 4) -> dict:
-    """eval_result.json as orchestrator/jobs.py run_eval writes it around eval.run.evaluate()'s summary."""
+    """eval_result.json as orchestrator/cluster/jobs.py run_eval writes it around eval.run.evaluate()'s summary."""
     tasks = {t: {"status": "evaluated", "metrics": {f"eval/{t}/mean_at_{k}": v + shift, f"eval/{t}/pass_at_1": v}}
              for t, v in TASKS.items()}
     return {"result": {"target": "/r", "run_key": "k", "step": 4, "settings": {"k": k}, "tasks": tasks,
@@ -71,22 +71,22 @@ def sweep_dir(tmp_path) -> Path:
 
 
 def test_eval_metrics_come_from_each_task_and_from_the_probe_form():
-    got = results.eval_metrics(eval_result()["result"])
+    got = outcomes.eval_metrics(eval_result()["result"])
     assert got == {"eval/tiny/mean_at_4": 0.524, "eval/tiny/pass_at_1": 0.524, "eval/tiny_ood/mean_at_4": 0.161,
                    "eval/tiny_ood/pass_at_1": 0.161}
-    assert results.eval_metrics({"step": 3, "eval/probe/mean_at_1": 1.0}) == {"eval/probe/mean_at_1": 1.0}
-    assert results.eval_metrics(None) == {} and results.eval_metrics({"tasks": {"t": {"metrics": None}}}) == {}
-    assert results.mean_at_k_keys(got) == ["eval/tiny/mean_at_4", "eval/tiny_ood/mean_at_4"]
+    assert outcomes.eval_metrics({"step": 3, "eval/probe/mean_at_1": 1.0}) == {"eval/probe/mean_at_1": 1.0}
+    assert outcomes.eval_metrics(None) == {} and outcomes.eval_metrics({"tasks": {"t": {"metrics": None}}}) == {}
+    assert outcomes.mean_at_k_keys(got) == ["eval/tiny/mean_at_4", "eval/tiny_ood/mean_at_4"]
 
 
 def test_headers_are_short():
-    assert [results.short(k) for k in ("eval/tiny/mean_at_4", "eval/math500/mean_at_32", "train/reward_mean",
+    assert [outcomes.short(k) for k in ("eval/tiny/mean_at_4", "eval/math500/mean_at_32", "train/reward_mean",
                                        "kl.estimator", "seed")] == ["tiny@4", "math500@32", "reward", "estimator",
                                                                     "seed"]
 
 
 def test_rows_carry_the_evaluation_and_the_verdict_with_its_reason(sweep_dir):
-    rows = {r["name"]: r for r in cell_state.rows(cell_state.current_records(sweep_dir))}
+    rows = {r["name"]: r for r in cells.cell_rows(cells.current_records(sweep_dir))}
     unstable = rows["k1-reward-s0"]
     assert unstable["eval"]["eval/tiny/mean_at_4"] == 0.524 and unstable["eval"]["eval/tiny_ood/mean_at_4"] == 0.161
     assert (unstable["verdict"], unstable["verdict_step"], unstable["verdict_reason"]) == ("unstable", 8, REASON)
@@ -103,15 +103,15 @@ def test_rows_carry_the_evaluation_and_the_verdict_with_its_reason(sweep_dir):
 def test_a_give_up_reason_and_a_verdict_reason_both_show():
     record = L.new_record("s", "k", "k1-reward-s0", {"seed": 0}, Path("/r"))
     record["final"] = {"status": "gave_up", "reason": "failed twice with exit code 3:0", "at": 1.0}
-    row = results.cell_row(record, {"step": None, "metrics": {}, "eval": {}, **results.verdict_fields(verdict())})
+    row = outcomes.cell_row(record, {"step": None, "metrics": {}, "eval": {}, **outcomes.verdict_fields(verdict())})
     assert row["reason"] == f"failed twice with exit code 3:0; {REASON}"
-    none = results.cell_row(record, {"step": None, "metrics": {}, "eval": {}, **results.verdict_fields(None)})
+    none = outcomes.cell_row(record, {"step": None, "metrics": {}, "eval": {}, **outcomes.verdict_fields(None)})
     assert none["reason"] == "failed twice with exit code 3:0" and none["verdict"] is None
 
 
 def test_the_summary_gives_mean_and_spread_over_the_seeds_that_have_it(sweep_dir):
-    rows = cell_state.rows(cell_state.current_records(sweep_dir))
-    by_config = {s["config"]: s for s in results.summary(rows)}
+    rows = cells.cell_rows(cells.current_records(sweep_dir))
+    by_config = {s["config"]: s for s in outcomes.summary(rows)}
     assert list(by_config) == ["k1-reward", "k3-loss"]
     k1 = by_config["k1-reward"]
     assert k1["seeds"] == [0, 1] and k1["axes"] == {"kl.estimator": "k1", "kl.placement": "reward"}
@@ -166,6 +166,6 @@ def test_status_prints_both_tables_where_stdout_is_a_pipe(sweep_dir, capsys):
 
 def test_fit_keeps_columns_by_priority_and_the_first_always():
     widths, priority = [12, 10, 8, 40], [0, 3, 1, 2]
-    assert results.fit(widths, priority, 200, flexible=3) == [0, 1, 2, 3]
-    assert results.fit(widths, priority, 50, flexible=3, flex_min=20) == [0, 2, 3]  # the flexible one counts 20
-    assert results.fit(widths, priority, 10, flexible=3) == [0]
+    assert outcomes.fit(widths, priority, 200, flexible=3) == [0, 1, 2, 3]
+    assert outcomes.fit(widths, priority, 50, flexible=3, flex_min=20) == [0, 2, 3]  # the flexible one counts 20
+    assert outcomes.fit(widths, priority, 10, flexible=3) == [0]

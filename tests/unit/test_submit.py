@@ -10,18 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import ledger as L
-from orchestrator.plan import make_plan
-from orchestrator.submit import (
+from orchestrator.cluster.executor import (
     Submitted,
     array_name,
     render_sbatch,
     resources_params,
-    setup_lines,
-    snapshot_code,
-    submit_jobs,
 )
-from orchestrator.sweep import load_sweep
+from orchestrator.cluster.snapshot import setup_lines, snapshot_code
+from orchestrator.launch import ledger as L
+from orchestrator.launch.intents import submit_jobs
+from orchestrator.launch.plan import make_plan
+from orchestrator.sweep.expand import load_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 SWEEPS = REPO / "sweeps"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sweep import load_sweep
+from orchestrator.sweep.expand import load_sweep
 from record.errors import ConfigError, UserError
 
 HEAD = """

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sweep import load_sweep
+from orchestrator.sweep.expand import load_sweep
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 COUNTS = {"onpolicy": 102, "offpolicy": 36, "async": 30, "correct-gradients": 12, "smoke": 2, "smoke-vllm": 2,

@@ -10,7 +10,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.sweep import Sweep, load_sweep
+from orchestrator.sweep.expand import Sweep, load_sweep
 from record.errors import ConfigError, UserError
 
 SMOKE = Path(__file__).resolve().parents[2] / "sweeps" / "smoke.yaml"

@@ -10,9 +10,9 @@ import pytest
 import yaml
 
 from orchestrator.cli import main
-from orchestrator.profile import PROFILES
-from orchestrator.sweep import load_sweep
-from orchestrator.tracking_check import job_uris, problems
+from orchestrator.cluster.profile import PROFILES
+from orchestrator.sweep.expand import load_sweep
+from orchestrator.tracking.check import job_uris, problems
 from trainer.config import ConfigError
 
 SMOKE = Path(__file__).resolve().parents[2] / "sweeps" / "smoke.yaml"

@@ -12,11 +12,11 @@ from urllib.parse import unquote
 
 import pytest
 
-from orchestrator.ledger import Ledger, finish, new_record
-from orchestrator.manifest import materialise
-from orchestrator.plan import make_plan
-from orchestrator.sweep import load_sweep
-from orchestrator.sweep_tracking import close_parent, links, summary_fields
+from orchestrator.launch.ledger import Ledger, finish, new_record
+from orchestrator.launch.materialise import materialise
+from orchestrator.launch.plan import make_plan
+from orchestrator.sweep.expand import load_sweep
+from orchestrator.tracking.sweep_run import close_parent, links, summary_fields
 from record.run_names import axis_params, sweep_tags
 from record.tracker import MlflowTracker
 from record.tracker_ui import compare_url, experiment_url, lead_first, serve_command
@@ -42,7 +42,8 @@ def sweep(tmp_path, monkeypatch):
 
 
 def open_cell(sweep, cell) -> MlflowTracker:
-    """The training job's tracker, opened by the trainer's own `_open_tracker` as orchestrator/jobs.py calls it."""
+    """The training job's tracker, opened by the trainer's own `_open_tracker` as orchestrator/cluster/jobs.py calls
+    it."""
     from trainer.train import RunContext, _open_tracker, objective_manifest
 
     ctx = RunContext(run_dir=sweep.dir / cell.run_key, run_key=cell.run_key, sweep_id="smoke",

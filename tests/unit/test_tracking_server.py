@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.tracking_postgres import ensure_installed, find_bin
-from orchestrator.tracking_server import State, check_data_dir, exposure_note, machine_name, read_state, write_state
+from orchestrator.tracking.postgres import ensure_installed, find_bin
+from orchestrator.tracking.server import State, check_data_dir, exposure_note, machine_name, read_state, write_state
 from record.errors import UserError
 
 

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator import ledger as L
-from orchestrator.jobs import PREEMPTED_EXIT
-from orchestrator.ledger import Ledger
-from orchestrator.plan import triage
-from orchestrator.watch import REQUEUE_GRACE_S, Watcher, decide
+from orchestrator.cluster.jobs import PREEMPTED_EXIT
+from orchestrator.launch import ledger as L
+from orchestrator.launch.ledger import Ledger
+from orchestrator.launch.plan import triage
+from orchestrator.watch.watcher import REQUEUE_GRACE_S, Watcher, decide
 
 NOW = 10_000.0
 
@@ -162,7 +162,7 @@ def test_a_relaunch_submits_only_what_is_missing():
 
 
 def test_sweep_status_of_a_settled_sweep():
-    from orchestrator.sweep_tracking import sweep_status
+    from orchestrator.tracking.sweep_run import sweep_status
 
     def records(*ends):
         return {str(i): {"final": {"status": e}} for i, e in enumerate(ends)}

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import watcher_state as ws
-from orchestrator.launch import launch
-from orchestrator.manifest import materialise
-from orchestrator.plan import make_plan
-from orchestrator.profile import load_profile
-from orchestrator.slurm_query import JobRow
-from orchestrator.submit import Options, Submitted, watcher_params
-from orchestrator.sweep import load_sweep
+from orchestrator.cluster.executor import Options, Submitted, watcher_params
+from orchestrator.cluster.profile import load_profile
+from orchestrator.cluster.query import JobRow
+from orchestrator.launch.materialise import materialise
+from orchestrator.launch.plan import make_plan
+from orchestrator.launch.submit import launch
+from orchestrator.sweep.expand import load_sweep
+from orchestrator.watch import state as ws
 
 REPO = Path(__file__).resolve().parents[2]
 

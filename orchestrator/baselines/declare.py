@@ -1,0 +1,150 @@
+"""Baselines: the base models' own mean@k, evaluated once per sweep beside the trained cells (the paper's Figures
+5, 6 and 10 draw base Qwen2.5-7B with and without its chat template, and base Llama-3.1-8B-Instruct with it).
+
+A sweep declares them in its header (orchestrator/sweep/spec.py), each a model and eval settings:
+
+    sweep:
+      baselines:
+        - {model: qwen2.5-7b}                              # the chat template on (eval.chat_template's default)
+        - {model: qwen2.5-7b, eval.chat_template: false}
+
+Each is composed like a cell (the sweep file's defaults and values, the command line's fixed overrides), with its
+own model and eval settings on top, and resolved in full. Its identity is what its evaluation computes (model,
+eval, the prompt budget and tensor parallelism vLLM is given), never the training settings: a sweep that changes
+only its training reuses its baselines. Its run directory `<sweep dir>/baselines/<key>/` holds `config.yaml` and
+`baseline.json` (record/rundir.py), the marker that tells the evaluation to evaluate `model.name_or_path` itself
+(eval/target.py); its jobs and their ledger are orchestrator/baselines/submit.py's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orchestrator.baselines.state import DIR
+from orchestrator.sweep.config_tree import edit, has_interpolation
+from record.errors import ConfigError, UserError
+from record.identity import canonical_json, format_value
+from record.rundir import RunDir, atomic_write
+from trainer.config import RunConfig
+
+HASH_HEX = 8
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One base-model evaluation: the entry as written, its resolved config, its key (the run dir's name, the
+    ledger record's and the MLflow run's run_key) and a readable name."""
+
+    index: int
+    key: str
+    name: str
+    settings: tuple[tuple[str, Any], ...]  # as the sweep file wrote it: ("model", option) first
+    config: RunConfig
+
+    @property
+    def model(self) -> str:
+        return str(self.settings[0][1])
+
+    def description(self) -> dict:
+        """What baseline.json and the ledger record carry: the model option and its path, the chat template."""
+        return {"key": self.key, "name": self.name, "model": self.model,
+                "name_or_path": self.config.model.name_or_path, "chat_template": self.config.eval.chat_template,
+                "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in self.settings}}
+
+
+def sweep_baselines_dir(sweep_dir: Path) -> Path:
+    return Path(sweep_dir) / DIR
+
+
+def identity(config: RunConfig) -> str:
+    """sha256 of what the evaluation computes; the training settings and where it logs are left out."""
+    data = config.to_dict()
+    what = {"model": data["model"], "eval": data["eval"],
+            "rollout": {k: data["rollout"][k] for k in ("max_prompt_tokens", "tensor_parallel")}}
+    return hashlib.sha256(canonical_json(what).encode()).hexdigest()[:HASH_HEX]
+
+
+def name_of(model: str, config: RunConfig, settings: tuple[tuple[str, Any], ...]) -> str:
+    """base-qwen2.5-7b-ct, base-qwen2.5-7b-no-ct, base-tiny-ct-k8 (list values, e.g. eval.tasks, left out)."""
+    parts = ["base", model, "ct" if config.eval.chat_template else "no-ct"]
+    parts += [f"{k.rsplit('.', 1)[-1]}{format_value(v)}" for k, v in settings[1:]
+              if k != "eval.chat_template" and not isinstance(v, (list, tuple))]
+    return "-".join(parts).replace(" ", "").replace("/", "_")
+
+
+def expand_baselines(entries, bases, problems: list[str]) -> tuple[Baseline, ...]:
+    """The sweep header's baseline entries resolved on `bases` (orchestrator/sweep/expand.py `_Bases`); every problem
+    into `problems` (one the cells already report is not repeated)."""
+    out: dict[str, Baseline] = {}  # by identity: what the evaluation computes
+    for entry in entries:
+        i, settings = entry.index, entry.settings
+        where = f"sweep.baselines[{i}]"
+        base = bases.for_model(settings[0][1])
+        if isinstance(base, str):
+            problems.append(f"{where}.model: {base}")
+            continue
+        config = _resolve(base, settings[1:], where, problems)
+        if config is None:
+            continue
+        name, same = name_of(settings[0][1], config, settings), identity(config)
+        if same in out:
+            problems.append(f"{where}: the same evaluation as sweep.baselines[{out[same].index}] once resolved "
+                            f"({out[same].name}); give each baseline once")
+            continue
+        out[same] = Baseline(i, f"{name}-{same}", name, settings, config)
+    return tuple(out.values())
+
+
+# A baseline trains nothing: no KL, whatever the sweep's grid blocks set (the base config alone may hold a beta that
+# only a block's placement makes valid).
+UNTRAINED = (("kl.placement", "none"), ("kl.beta", 0.0))
+
+
+def _resolve(base, settings, where: str, problems: list[str]) -> RunConfig | None:
+    edits = [*UNTRAINED, *((k, list(v) if isinstance(v, tuple) else v) for k, v in settings)]
+    data = base.data
+    for key, value in edits:
+        data = edit(data, key, value)
+    found: list[str] = []
+    try:
+        if base.paths or any(has_interpolation(v) for _, v in edits):
+            data = base.resolve(data, edits)
+        return RunConfig.from_dict(data)
+    except ConfigError as err:
+        found = err.problems
+    except (ValueError, TypeError) as err:
+        found = [f"interpolation: {str(err).splitlines()[0]}"]
+    problems += [f"{where}: {p}" for p in found if not any(p in q for q in problems)]
+    return None
+
+
+# --- the run directories -------------------------------------------------------------------------------------
+
+def materialise_baselines(baselines, sweep_dir: Path) -> tuple[int, int]:
+    """Write each baseline's config.yaml and baseline.json (never rewriting a different one); (written, there)."""
+    written = there = 0
+    for b in baselines:
+        run = RunDir(sweep_baselines_dir(sweep_dir) / b.key)
+        text = yaml.safe_dump(b.config.to_dict(), sort_keys=False)
+        if run.config.exists():
+            try:
+                same = identity(RunConfig.from_dict(yaml.safe_load(run.config.read_text(encoding="utf-8")))) \
+                    == identity(b.config)
+            except (yaml.YAMLError, ConfigError, TypeError, ValueError, AttributeError):
+                same = False
+            if not same:
+                raise UserError(f"{run.config}: holds another evaluation than baseline {b.key} names; it was edited "
+                                f"by hand or is corrupt. Move {run.path} away and run this again.")
+            there += 1
+        else:
+            atomic_write(run.config, text)
+            written += 1
+        if not run.baseline.exists():
+            atomic_write(run.baseline, json.dumps(b.description(), indent=1) + "\n")
+    return written, there

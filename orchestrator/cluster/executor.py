@@ -1,0 +1,313 @@
+"""The only module that imports submitit (STYLE.md rule 6): the job callables, the sbatch parameters of an
+array, and the two backends that submit through submitit (Slurm, or submitit's local executor).
+
+On Slurm a group of cells goes out as ONE sbatch (`with executor.batch()`: an array, `%N` throttled), and its
+evaluation as one more, chained task by task (`aftercorr:<train array>`, `kill-on-invalid-dep=yes`; `afterok`
+for a single job). Jobs run the code snapshot taken at submission (orchestrator/cluster/snapshot.py), not the
+working tree. The intent protocol around each sbatch is orchestrator/launch/intents.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import submitit
+from submitit.core.utils import FailedJobError, FailedSubmissionError
+from submitit.helpers import Checkpointable, DelayedSubmission
+from submitit.slurm.slurm import _make_sbatch_string
+
+from orchestrator.cluster import jobs, query
+from orchestrator.cluster.profile import SlurmProfile, SlurmResources
+from orchestrator.cluster.query import JobRow, SlurmError
+from orchestrator.cluster.snapshot import setup_lines
+from orchestrator.launch.plan import JobGroup, Plan
+from orchestrator.sweep.expand import Sweep
+from record.rundir import atomic_write
+
+# --- the callables submitit pickles into each job ------------------------------------------------------------------
+
+class TrainJob(Checkpointable):
+    """One cell's training call. On the warning signal before a time limit or a preemption, submitit calls
+    `checkpoint()` and requeues the same call (same job id, so its chained evaluation keeps waiting); the
+    trainer resumes from `<run_dir>/checkpoints/latest.json` by itself."""
+
+    def __init__(self, entry: str = jobs.TRAIN_ENTRY):
+        self.entry = entry
+
+    def __call__(self, run_dir: str):
+        return jobs.run_train(self.entry, run_dir)
+
+    def checkpoint(self, run_dir: str) -> DelayedSubmission:
+        return DelayedSubmission(TrainJob(self.entry), run_dir)
+
+
+class EvalJob:
+    """One cell's evaluation call; writes `<run_dir>/eval_result.json`."""
+
+    def __init__(self, entry: str = jobs.EVAL_ENTRY):
+        self.entry = entry
+
+    def __call__(self, run_dir: str):
+        return jobs.run_eval(self.entry, run_dir)
+
+
+CALLABLES = {"train": TrainJob, "eval": EvalJob}
+
+
+# --- parameters (pure) -----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Options:
+    """How jobs go out: executor ("auto": Slurm where sbatch is on PATH, else local), the warning signal's lead
+    time (seconds for the trainer to checkpoint), whether Slurm may requeue jobs, in-job requeues after a
+    timeout, and the job entries ("module:function" taking a run dir)."""
+
+    executor: str = "auto"
+    signal_delay_s: int = 90  # submitit's default; `orchestrate sweep` passes the profile's (or --signal-delay)
+    requeue: bool = True
+    max_num_timeout: int = 3
+    train_entry: str = jobs.TRAIN_ENTRY
+    eval_entry: str = jobs.EVAL_ENTRY
+
+    def resolved_executor(self) -> str:
+        if self.executor == "auto":
+            return "slurm" if query.available() else "local"
+        return self.executor
+
+
+def save_options(sweep_dir: Path, options: Options) -> None:
+    """How this sweep's jobs go out; the watcher resubmits with the same (submission.json)."""
+    atomic_write(Path(sweep_dir) / "submission.json", json.dumps(asdict(options), indent=1) + "\n")
+
+
+def load_options(sweep_dir: Path, **changes) -> Options:
+    try:
+        saved = json.loads((Path(sweep_dir) / "submission.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        saved = {}
+    known = {k: v for k, v in saved.items() if k in Options.__dataclass_fields__}
+    return replace(Options(**known), **changes)
+
+
+def resources_params(profile: SlurmProfile, res: SlurmResources) -> dict:
+    """submitit's Slurm parameters for one job: one task per GPU (tasks_per_node), CPUs per task, memory per
+    node; no --gpus-per-node=0 on clusters without GPUs."""
+    params = {"partition": profile.partition, "account": profile.account, "qos": profile.qos, "time": res.time_min,
+              "nodes": res.nodes, "ntasks_per_node": res.tasks_per_node, "cpus_per_task": res.cpus_per_task,
+              "gpus_per_node": res.gpus_per_node or None, "mem": mem_param(res.mem_gb), "constraint": res.constraint}
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def mem_param(gb: float) -> str:
+    return f"{int(gb)}G" if float(gb).is_integer() else f"{int(gb * 1024)}M"
+
+
+def array_name(sweep: str, kind: str, run_keys: list[str], attempts: list[int]) -> str:
+    """A single cell's job is `<sweep>-<kind>-<run_key>-a<attempt>`; an array is `<sweep>-<kind>-<digest>`, the
+    digest of its (run_key, attempt) pairs, which the ledger maps back to its cells."""
+    if len(run_keys) == 1:
+        return f"{sweep}-{kind}-{run_keys[0]}-a{attempts[0]}"
+    pairs = ",".join(f"{k}:{a}" for k, a in zip(run_keys, attempts))
+    return f"{sweep}-{kind}-{hashlib.sha256(pairs.encode()).hexdigest()[:10]}"
+
+
+def log_folder(sweep: Sweep, root: str | Path | None = None) -> Path:
+    """Where submitit keeps its pickles and the Slurm logs of the sweep (`%j`: the job id)."""
+    return Path(root if root is not None else sweep.spec.output_root) / sweep.name / "slurm" / "%j"
+
+
+def sbatch_parameters(sweep: Sweep, plan: Plan, group: JobGroup) -> dict:
+    """Keyword arguments of submitit's renderer (its `slurm_*` executor parameters) for one array (dry run)."""
+    params = {**resources_params(sweep.profile, group.resources), "job_name": f"{sweep.name}-{group.name}",
+              "map_count": group.size, "array_parallelism": plan.array_parallelism,
+              "setup": setup_lines(Path(sweep.spec.output_root) / sweep.name / "code" / "<content hash>")}
+    if group.after:
+        # The training array's job id exists only once it is submitted; dry-run shows where it goes.
+        params["dependency"] = f"aftercorr:<job id of {sweep.name}-{group.after}>"
+        params["additional_parameters"] = {"kill-on-invalid-dep": "yes", "requeue": True}
+    else:
+        params["additional_parameters"] = {"requeue": True}
+    return params
+
+
+def render_sbatch(sweep: Sweep, plan: Plan, group: JobGroup, python: str | None = None) -> str:
+    """The sbatch script submitit would write for this array (it runs `python -m submitit.core._submit`)."""
+    folder = log_folder(sweep).absolute()
+    command = " ".join([shlex.quote(python or sys.executable), "-u -m submitit.core._submit",
+                        shlex.quote(str(folder))])
+    return _make_sbatch_string(command=command, folder=folder, signal_delay_s=sweep.profile.signal_delay_s,
+                               **sbatch_parameters(sweep, plan, group))
+
+
+# --- the backends ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Submitted:
+    job_id: str
+    stdout: str
+    stderr: str
+
+
+class SlurmBackend:
+    """Submits through submitit's SlurmExecutor; reads states with one sacct per poll."""
+
+    kind = "slurm"
+
+    def __init__(self, sweep_dir: Path, options: Options):
+        self.folder = Path(sweep_dir).absolute() / "slurm" / "%j"
+        self.options = options
+
+    def submit(self, kind: str, entry: str, run_dirs: list[str], params: dict, name: str, code: str,
+               dependency: str | None = None, parallelism: int = 1) -> list[Submitted]:
+        """One sbatch: an array when there are several run dirs, else a single job."""
+        ex = submitit.SlurmExecutor(folder=self.folder, max_num_timeout=self.options.max_num_timeout)
+        extra = {"requeue" if self.options.requeue else "no-requeue": True}
+        if dependency:
+            extra["kill-on-invalid-dep"] = "yes"
+        ex.update_parameters(**params, job_name=name, signal_delay_s=self.options.signal_delay_s,
+                             array_parallelism=parallelism, setup=setup_lines(code), dependency=dependency,
+                             additional_parameters=extra)
+        try:
+            with ex.batch():
+                submitted = [ex.submit(CALLABLES[kind](entry), run_dir) for run_dir in run_dirs]
+        except (FailedJobError, FailedSubmissionError, OSError) as err:
+            raise SlurmError(f"sbatch of {name} failed: {str(err).strip()[:500]}; the submission is recorded as an "
+                             f"intent: fix the cause and run the same command again (it will not duplicate jobs)") \
+                from None
+        return [Submitted(j.job_id, str(j.paths.stdout), str(j.paths.stderr)) for j in submitted]
+
+    def rows(self, job_ids: list[str]) -> dict[str, list[JobRow]]:
+        return query.sacct(job_ids)
+
+    def find(self, names: list[str], since: float) -> dict[str, list[JobRow]]:
+        return query.find_by_names(names, since)
+
+    def queued(self, names: list[str]) -> dict[str, list[JobRow]]:
+        return query.squeue_by_names(names)
+
+    def cancel(self, job_ids: list[str]) -> None:
+        query.scancel(job_ids)
+
+    def array_limit(self) -> int:
+        return query.max_array_size()
+
+
+class LocalBackend:
+    """submitit's LocalExecutor: one process per job on this machine, followed by this process (no dependencies:
+    the watcher starts each evaluation when its training has completed)."""
+
+    kind = "local"
+
+    def __init__(self, sweep_dir: Path, options: Options):
+        self.folder = Path(sweep_dir).absolute() / "local" / "%j"
+        self.options = options
+        self.jobs: dict[str, tuple[object, str, float]] = {}  # job id -> (submitit job, name, submit time)
+
+    def submit(self, kind: str, entry: str, run_dirs: list[str], params: dict, name: str, code: str,
+               dependency: str | None = None, parallelism: int = 1) -> list[Submitted]:
+        ex = submitit.LocalExecutor(folder=self.folder, max_num_timeout=self.options.max_num_timeout)
+        ex.update_parameters(timeout_min=params.get("time", 60), tasks_per_node=1,
+                             signal_delay_s=self.options.signal_delay_s, setup=setup_lines(code))
+        out = []
+        for run_dir in run_dirs:
+            job = ex.submit(CALLABLES[kind](entry), run_dir)
+            self.jobs[job.job_id] = (job, name, time.time())
+            out.append(Submitted(job.job_id, str(job.paths.stdout), str(job.paths.stderr)))
+        return out
+
+    def rows(self, job_ids: list[str]) -> dict[str, list[JobRow]]:
+        return {j: [local_row(j, *self.jobs[j])] for j in job_ids if j in self.jobs}
+
+    def find(self, names: list[str], since: float) -> dict[str, list[JobRow]]:
+        return {}  # local jobs die with the process that followed them
+
+    def queued(self, names: list[str]) -> dict[str, list[JobRow]]:
+        return {}
+
+    def cancel(self, job_ids: list[str]) -> None:
+        for job_id in job_ids:
+            if job_id in self.jobs:
+                self.jobs[job_id][0].cancel(check=False)
+
+    def array_limit(self) -> int:
+        return 10**9
+
+
+def local_row(job_id: str, job, name: str, submitted: float) -> JobRow:
+    """A local job's state in sacct's words: RUNNING, COMPLETED, FAILED (exit code, exception as reason)."""
+    state = job.state
+    if state == "RUNNING":
+        return JobRow(job_id, name, "RUNNING", submit=submitted)
+    code = job._process.poll() if getattr(job, "_process", None) is not None else None
+    try:
+        error = job.exception()
+    except Exception as err:  # noqa: BLE001 - no result at all: the process died (killed, SystemExit)
+        error = err
+    if state == "FINISHED" and error is None:
+        return JobRow(job_id, name, "COMPLETED", "0:0", submit=submitted, end=time.time())
+    exit_code = f"0:{-code}" if code is not None and code < 0 else f"{code or 1}:0"
+    reason = f"{type(error).__name__}: {str(error).strip().splitlines()[-1][:300] if str(error).strip() else ''}"
+    return JobRow(job_id, name, "FAILED", exit_code, reason, submit=submitted, end=time.time())
+
+
+WAYS_OUT = "bring the local cluster up (`slurm/local-cluster up`), or run without Slurm (`--executor local`)"
+
+
+def choose_executor(choice: str) -> tuple[str, str | None]:
+    """The executor "auto" stands for, and a note when it is not the obvious one: Slurm where sbatch is on PATH
+    and a controller answers, else local (sbatch alone is no cluster: the local cluster may be down)."""
+    if choice != "auto":
+        return choice, None
+    if not query.available():
+        return "local", None
+    problem = query.controller_problem()
+    if problem:
+        return "local", (f"--executor auto: sbatch is on PATH but {problem}; running on the local executor "
+                         f"(for Slurm: `slurm/local-cluster up`, then launch again)")
+    return "slurm", None
+
+
+def make_backend(sweep_dir: Path, options: Options):
+    from record.errors import UserError
+
+    kind = options.resolved_executor()
+    if kind == "slurm" and not query.available():
+        raise UserError("--executor slurm: sbatch is not on PATH; run on a Slurm login node, or use --executor local")
+    if kind == "slurm" and (problem := query.controller_problem()):
+        raise UserError(f"--executor slurm: {problem}; {WAYS_OUT}")
+    return (SlurmBackend if kind == "slurm" else LocalBackend)(sweep_dir, options)
+
+
+def watcher_params(profile: SlurmProfile) -> dict:
+    """submitit's Slurm parameters of the sweep's watcher job: the profile's `watcher` partition (the training
+    partition where it names none), its memory and time limit, the training jobs' account and QOS."""
+    w = profile.watcher
+    params = {"partition": w.partition or profile.partition, "account": profile.account, "qos": profile.qos,
+              "time": w.time_min, "mem": mem_param(w.mem_gb)}
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def submit_watcher(fn, sweep_dir: Path, kwargs: dict, params: dict, code: str, dependency: str | None = None,
+                   signal_delay_s: int = 10) -> str:
+    """The watcher as a small Slurm job of its own (`fn(sweep_dir, **kwargs)`: watcher_job.watch_job), named
+    `<sweep>-watcher`, one CPU; returns its job id. It hands over to its successor before its limit by itself, so
+    the warning signal comes late (`signal_delay_s`). Slurm may requeue it (a node failure): it comes back as itself.
+    Its logs go with the sweep's."""
+    ex = submitit.SlurmExecutor(folder=Path(sweep_dir).absolute() / "slurm" / "%j", max_num_timeout=0)
+    ex.update_parameters(**params, job_name=watcher_name(sweep_dir), setup=setup_lines(code),
+                         dependency=dependency, nodes=1, ntasks_per_node=1, cpus_per_task=1,
+                         signal_delay_s=signal_delay_s, additional_parameters={"requeue": True})
+    try:
+        return ex.submit(fn, str(sweep_dir), **kwargs).job_id
+    except (FailedJobError, FailedSubmissionError, OSError) as err:
+        raise SlurmError(f"sbatch of the watcher job failed: {str(err).strip()[:500]}") from None
+
+
+def watcher_name(sweep_dir: Path) -> str:
+    return f"{Path(sweep_dir).name}-watcher"

@@ -1,0 +1,159 @@
+"""What a Slurm (or local) job runs: `train_job(run_dir)` and `eval_job(run_dir)`, imported from the code snapshot.
+
+submitit pickles `submit.TrainJob(entry)` / `submit.EvalJob(entry)` (the callables, there because submit.py is the
+only module that imports submitit); on the node they import the entry named here ("orchestrator.cluster.jobs:train_job")
+from `<sweep_dir>/code/<hash>/` (PYTHONPATH set by the job's setup lines, PYTHONSAFEPATH keeps the working
+directory off sys.path), so editing the working tree never changes a queued job.
+
+`probe_train` / `probe_eval` are a tiny checkpointing job with the same contract (count to N, one checkpoint per
+step): what the integration tests and the benchmark submit to exercise the machinery in seconds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from record.rundir import RunDir, atomic_write, tag_for
+
+TRAIN_ENTRY = "orchestrator.cluster.jobs:train_job"
+# A training job stopped by the warning signal exits with this (EX_TEMPFAIL) when Slurm did not requeue it (a
+# --no-requeue job): never COMPLETED half-trained; the watcher resubmits it like a preemption.
+PREEMPTED_EXIT = 75
+EVAL_ENTRY = "orchestrator.cluster.jobs:eval_job"
+
+
+def resolve_entry(entry: str):
+    module, _, name = entry.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def write_json(path: Path, data: dict) -> None:
+    atomic_write(path, json.dumps(data, indent=1, default=str))
+
+
+def run_train(entry: str, run_dir: str):
+    return resolve_entry(entry)(Path(run_dir))
+
+
+def run_eval(entry: str, run_dir: str):
+    """Evaluate, and keep the result beside the run (what `orchestrate status` shows)."""
+    quiet_job_log()
+    result = resolve_entry(entry)(Path(run_dir))
+    if is_rank0():
+        write_json(RunDir(run_dir).eval_result, {"result": result, "code": code_dir(), "at": time.time()})
+    return result
+
+
+def quiet_job_log() -> None:
+    """An evaluation job's log without the training job's known noise (trainer/progress.py). Progress bars stay
+    (vLLM needs its bar's timing); `orchestrate logs` shows each at its last state. On a terminal, nothing changes."""
+    if sys.stdout.isatty():
+        return
+    from trainer.progress import quiet_third_party
+
+    quiet_third_party()
+
+
+def code_dir() -> str:
+    """The code this job runs: the snapshot directory on a node, the working tree elsewhere."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+def is_rank0() -> bool:
+    return os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0")) == "0"
+
+
+def train_job(run_dir: Path) -> dict:
+    """Read the run's resolved config.yaml and train (or resume) it."""
+    import yaml
+
+    from trainer.config import RunConfig
+    from trainer.train import RunContext, train
+
+    cfg = RunConfig.from_dict(yaml.safe_load(RunDir(run_dir).config.read_text(encoding="utf-8")))
+    record = _record(run_dir)
+    sweep = record.get("sweep") or run_dir.parent.name
+    ctx = RunContext(run_dir=run_dir, run_key=run_dir.name, sweep_id=sweep, parent_run_key=f"sweep-{sweep}",
+                     axes=record.get("axes"))
+    result = train(cfg, ctx)
+    if result.get("preempted"):  # checkpointed and asked Slurm to requeue; if it did, this exit code is moot
+        raise SystemExit(PREEMPTED_EXIT)
+    return result
+
+
+def eval_job(run_dir: Path) -> dict:
+    """Evaluate the run's final checkpoint (eval/run.py, imported only here: a job that never evaluates does
+    not need lm-eval)."""
+    try:
+        from eval.run import evaluate
+    except ImportError as err:
+        raise RuntimeError(f"eval.run.evaluate is not available in this code snapshot ({err})") from err
+    return evaluate(run_dir)
+
+
+def _record(run_dir: Path) -> dict:
+    """The cell's ledger record ({} for a run dir outside a sweep)."""
+    from orchestrator.launch.ledger import Ledger
+
+    try:
+        return Ledger(run_dir.parent).load(run_dir.name) or {}
+    except Exception:  # noqa: BLE001 - a run outside a sweep, or an unreadable record: train without the axes
+        return {}
+
+
+# --- the probe: a real job that counts to N, one checkpoint per step --------------------------------------------
+
+def probe_settings(run_dir: Path) -> dict:
+    """`<run_dir>/probe.json`: steps (default: config.yaml's optim.steps), sleep_s, fail_exit (exit with it from
+    fail_at_step on), collapse_at_step (write a collapsed verdict from then on)."""
+    defaults = {"steps": _config_steps(run_dir), "sleep_s": 0.0, "fail_exit": None, "fail_at_step": 1,
+                "collapse_at_step": None}
+    try:
+        return {**defaults, **json.loads(RunDir(run_dir).probe.read_text(encoding="utf-8"))}
+    except (OSError, json.JSONDecodeError):
+        return defaults
+
+
+def _config_steps(run_dir: Path) -> int:
+    import yaml
+
+    try:
+        return int(yaml.safe_load(RunDir(run_dir).config.read_text(encoding="utf-8"))["optim"]["steps"])
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+        return 3
+
+
+def probe_train(run_dir: Path) -> dict:
+    """Resume from checkpoints/latest.json, count to `steps` writing a checkpoint each step; may fail or
+    collapse on request. Every start is logged in starts.jsonl (step it resumed from, job id, code)."""
+    s, run = probe_settings(run_dir), RunDir(run_dir)
+    latest = run.latest_checkpoint
+    step = json.loads(latest.read_text())["step"] if latest.exists() else 0
+    with open(run.starts, "a") as f:
+        f.write(json.dumps({"from_step": step, "job": os.environ.get("SLURM_JOB_ID"), "code": code_dir(),
+                            "restart": os.environ.get("SLURM_RESTART_COUNT", "0"), "at": time.time()}) + "\n")
+    while step < s["steps"]:
+        time.sleep(s["sleep_s"])
+        step += 1
+        write_json(latest, {"tag": tag_for(step), "step": step})
+        if s["collapse_at_step"] is not None and step >= s["collapse_at_step"]:
+            write_json(run.verdict, {"verdict": "collapsed", "step": step,
+                                                   "reason": "probe asked to collapse", "findings": []})
+        if s["fail_exit"] is not None and step >= s["fail_at_step"]:
+            raise SystemExit(int(s["fail_exit"]))
+    return {"step": step, "code": code_dir()}
+
+
+def probe_eval(run_dir: Path) -> dict:
+    """A stand-in evaluation (until eval/run.py is there, and for fault tests): reads the final checkpoint's step
+    and fails unless training had finished, so a chained evaluation that ran too early shows up."""
+    step = json.loads(RunDir(run_dir).latest_checkpoint.read_text())["step"]
+    target = probe_settings(run_dir)["steps"]
+    if step != target:
+        raise RuntimeError(f"evaluated at step {step} of {target}: training had not finished")
+    return {"step": step, "eval/probe/mean_at_1": 1.0}

@@ -1,0 +1,126 @@
+"""Run directories and the sweep manifest: the only files `orchestrate sweep` writes before submission.
+
+`<output_root>/<sweep>/<run_key>/config.yaml` holds the cell's RESOLVED run config: a queued job reads it and
+nothing else, so editing the sweep file or a config group later never changes a job already planned (the lazy
+composition of Hydra's launcher does exactly that). `<output_root>/<sweep>/manifest.json` records the resolved
+sweep, its cells and plan, the git commit and diff of the code, and the orchestrator's version. Every file is
+written whole or not at all (temp file + os.replace), which is safe on NFS for a single writer.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from orchestrator.baselines.declare import materialise_baselines
+from orchestrator.launch.plan import Plan
+from orchestrator.sweep.expand import REPO, Sweep
+from record.errors import UserError
+from record.identity import run_key
+from record.rundir import RunDir, atomic_write
+
+
+@dataclass(frozen=True)
+class Materialised:
+    sweep_dir: Path
+    written: int  # new run dirs
+    unchanged: int  # run dirs already there with this exact config
+    kept: int  # run dirs already there whose config differs only outside the run_key (e.g. tracking)
+
+
+def materialise(sweep: Sweep, plan: Plan, root: str | Path | None = None) -> Materialised:
+    """Write each cell's config.yaml (never rewriting an existing run's) and the manifest."""
+    sweep_dir = Path(root if root is not None else sweep.spec.output_root) / sweep.name
+    try:
+        return _materialise(sweep, plan, sweep_dir)
+    except OSError as err:
+        raise UserError(f"cannot write the run dirs under {sweep_dir}: {err}; set sweep.output_root to a "
+                        f"writable directory (on a cluster: one every node can read)") from None
+
+
+# libyaml's dumper when PyYAML has it: 4x faster, and byte-identical on every cell of sweeps/ (measured), so a
+# rerun still finds its files unchanged whichever one wrote them.
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def _materialise(sweep: Sweep, plan: Plan, sweep_dir: Path) -> Materialised:
+    written = unchanged = kept = 0
+    for cell in sweep.cells:
+        path = RunDir(sweep_dir / cell.run_key).config
+        text = yaml.dump(cell.config.to_dict(), Dumper=_DUMPER, sort_keys=False)
+        if not path.exists():
+            atomic_write(path, text)
+            written += 1
+            continue
+        existing = path.read_text(encoding="utf-8")
+        if existing == text:
+            unchanged += 1
+            continue
+        try:
+            same = run_key(yaml.safe_load(existing)) == cell.run_key
+        except (yaml.YAMLError, TypeError, ValueError, AttributeError):
+            same = False
+        if not same:
+            raise UserError(f"{path}: holds a different run config than run_key {cell.run_key} names; it was "
+                            f"edited by hand or is corrupt. Move that run dir away and run this again.")
+        # Same run, other tracking settings: a resumed run keeps logging where it started.
+        kept += 1
+    materialise_baselines(sweep.baselines, sweep_dir)
+    atomic_write(sweep_dir / "manifest.json", json.dumps(manifest(sweep, plan, git_state()), indent=1) + "\n")
+    return Materialised(sweep_dir, written, unchanged, kept)
+
+
+def manifest(sweep: Sweep, plan: Plan, git: dict) -> dict:
+    """Everything needed to know later what this sweep ran: pure, no timestamps (a rerun rewrites it equal)."""
+    group_of = {i: g.name for g in plan.train for i in g.cells}
+    return {
+        "sweep": sweep.name,
+        "source": sweep.source,
+        "overrides": list(sweep.overrides),
+        "resolved_sweep": sweep.spec.to_dict(),
+        "profile": sweep.profile.to_dict(),
+        "cells": [{"index": c.index, "name": c.name, "run_key": c.run_key,
+                   "axes": {k: list(v) if isinstance(v, tuple) else v for k, v in c.axes},
+                   "train_group": group_of[c.index]}
+                  for c in sweep.cells if c.index in group_of],
+        "duplicates_dropped": sweep.duplicates,
+        "baselines": [b.description() for b in sweep.baselines],
+        "plan": plan.to_dict(),
+        "git": git,
+        "orchestrator_version": orchestrator_version(),
+    }
+
+
+def git_state(repo: Path = REPO) -> dict:
+    """The commit, whether the tree is dirty, the diff against HEAD and the untracked files' names."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain") or ""
+    return {
+        "commit": commit.strip() if commit else None,
+        "dirty": bool(status.strip()),
+        "diff": git("diff", "HEAD") or "",
+        "untracked": [line[3:] for line in status.splitlines() if line.startswith("??")],
+    }
+
+
+def orchestrator_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("comedy-sweeps")
+    except Exception:  # noqa: BLE001 - not installed (a checkout on PYTHONPATH): read pyproject.toml
+        import tomllib
+        try:
+            return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+        except (OSError, KeyError, tomllib.TOMLDecodeError):
+            return "unknown"

@@ -1,0 +1,158 @@
+"""What to submit for a sweep: job arrays by resources, the train -> eval dependency graph, the counts; and, on a
+(re)launch, which cells still need what (`triage`) and the arrays that submit exactly those (`launch_plan`). Pure.
+
+Cells that ask for the same Slurm resources share one training array (split at the profile's max_array_size).
+Each training array gets an evaluation array of the same length whose task i waits for training task i
+(`--dependency=aftercorr`), so one failed run cancels only its own evaluation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+
+from orchestrator.cluster.profile import SlurmResources
+from orchestrator.launch.ledger import LIVE, latest
+from orchestrator.sweep.expand import Sweep
+
+
+@dataclass(frozen=True)
+class JobGroup:
+    """One job array: task i runs the cell `cells[i]` (run_key `run_keys[i]`)."""
+
+    name: str
+    kind: str  # "train" or "eval"
+    resources: SlurmResources
+    cells: tuple[int, ...]
+    run_keys: tuple[str, ...]
+    after: str | None = None  # the training array this evaluation array follows, task by task
+
+    @property
+    def size(self) -> int:
+        return len(self.cells)
+
+    @property
+    def gpu_hours(self) -> float:
+        """The most this array can use: every task at its time limit."""
+        return self.size * self.resources.gpus * self.resources.time_min / 60
+
+
+@dataclass(frozen=True)
+class Plan:
+    sweep: str
+    groups: tuple[JobGroup, ...]
+    skipped: tuple[str, ...]  # run_keys left out (already there)
+    array_parallelism: int
+
+    @property
+    def train(self) -> tuple[JobGroup, ...]:
+        return tuple(g for g in self.groups if g.kind == "train")
+
+    @property
+    def eval(self) -> tuple[JobGroup, ...]:
+        return tuple(g for g in self.groups if g.kind == "eval")
+
+    def edges(self) -> list[tuple[str, str, str]]:
+        """(prerequisite, dependency type, dependent) for every chained pair of arrays."""
+        return [(g.after, "aftercorr", g.name) for g in self.groups if g.after]
+
+    def counts(self) -> dict:
+        return {
+            "cells": sum(g.size for g in self.train),
+            "skipped": len(self.skipped),
+            "train_arrays": len(self.train),
+            "eval_arrays": len(self.eval),
+            "array_tasks": sum(g.size for g in self.groups),
+            "gpu_hours_max": round(sum(g.gpu_hours for g in self.groups), 1),
+        }
+
+    def to_dict(self) -> dict:
+        groups = [{"name": g.name, "kind": g.kind, "size": g.size, "after": g.after, "run_keys": list(g.run_keys),
+                   "resources": {k: getattr(g.resources, k) for k in SlurmResources.__dataclass_fields__}}
+                  for g in self.groups]
+        return {"groups": groups, "edges": self.edges(), "counts": self.counts()}
+
+
+def make_plan(sweep: Sweep, skip: Collection[str] = ()) -> Plan:
+    """Group the cells not in `skip` by training resources, chunk each group to the array limit, and chain an
+    evaluation array on every training array."""
+    by_resources: dict[SlurmResources, list[int]] = {}
+    skipped = []
+    for cell in sweep.cells:
+        if cell.run_key in skip:
+            skipped.append(cell.run_key)
+            continue
+        by_resources.setdefault(cell.resources, []).append(cell.index)
+    limit = sweep.profile.max_array_size
+    groups: list[JobGroup] = []
+    for resources, indices in by_resources.items():
+        for start in range(0, len(indices), limit):
+            chunk = tuple(indices[start:start + limit])
+            keys = tuple(sweep.cells[i].run_key for i in chunk)
+            n = sum(1 for g in groups if g.kind == "train")
+            train = JobGroup(f"train-{n}", "train", resources, chunk, keys)
+            groups += [train, JobGroup(f"eval-{n}", "eval", sweep.profile.eval, chunk, keys, after=train.name)]
+    return Plan(sweep.name, tuple(groups), tuple(skipped), sweep.profile.array_parallelism)
+
+
+@dataclass(frozen=True)
+class Triage:
+    train: tuple[str, ...]  # cells whose training (and its chained evaluation) goes out now
+    eval: tuple[str, ...]  # cells whose training completed and whose evaluation goes out now
+    kept: dict  # reason -> count of cells left as they are
+    reopened: tuple[str, ...] = ()  # final cells that --retry-failed submits again
+
+
+def triage(records: dict[str, dict], run_keys: list[str], retry_failed: bool = False) -> Triage:
+    """What a (re)launch submits for these cells, given their records (a missing record: never submitted).
+    Finished and live cells are kept; unsuccessful ones only with `retry_failed` (never a collapsed run)."""
+    train, evals, reopened, kept = [], [], [], {}
+
+    def keep(why: str) -> None:
+        kept[why] = kept.get(why, 0) + 1
+
+    for key in run_keys:
+        record = records.get(key)
+        t = latest(record, "train") if record else None
+        e = latest(record, "eval") if record else None
+        final = (record or {}).get("final")
+        if final and final["status"] == "completed":
+            keep("done")
+        elif final:
+            if retry_failed and final["status"] != "collapsed":
+                reopened.append(key)
+                (evals if t and t["state"] == "COMPLETED" else train).append(key)
+            else:
+                keep(final["status"])
+        elif t is None or t["state"] == "LOST":
+            train.append(key)
+        elif t["state"] in LIVE:
+            keep("training live")
+        elif t["state"] == "COMPLETED":
+            if e is None or e["state"] == "LOST":
+                evals.append(key)
+            elif e["state"] in LIVE or e["state"] == "COMPLETED":
+                keep("evaluation live or done")
+            elif retry_failed:
+                evals.append(key)
+            else:
+                keep(f"evaluation {e['state']}")
+        elif retry_failed:
+            train.append(key)
+        else:
+            keep(f"training {t['state']} (the watcher decides)")
+    return Triage(tuple(train), tuple(evals), kept, tuple(reopened))
+
+
+def launch_plan(sweep: Sweep, todo: Triage, array_limit: int) -> Plan:
+    """The arrays a (re)launch submits: training arrays, each with its chained evaluation array, for `todo.train`;
+    evaluation arrays alone (no `after`) for `todo.eval`; none longer than `array_limit` (the cluster's
+    MaxArraySize) or the profile's max_array_size."""
+    limit = min(sweep.profile.max_array_size, array_limit)
+    sized = replace(sweep, profile=replace(sweep.profile, max_array_size=limit))
+    plan = make_plan(sized, skip={c.run_key for c in sweep.cells} - set(todo.train))
+    index = {c.run_key: c.index for c in sweep.cells}
+    alone = tuple(JobGroup(f"eval-alone-{n}", "eval", sweep.profile.eval,
+                           tuple(index[k] for k in todo.eval[start:start + limit]), todo.eval[start:start + limit])
+                  for n, start in enumerate(range(0, len(todo.eval), limit)))
+    return replace(plan, groups=plan.groups + alone)
