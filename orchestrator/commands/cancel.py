@@ -7,10 +7,11 @@ import os
 import signal
 import time
 
+from orchestrator.arguments import add_sweep_dir_argument
 from orchestrator.cluster.query import SlurmError, scancel
-from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
 from orchestrator.console import console
 from orchestrator.launch.ledger import KINDS, LIVE, Ledger, latest
+from orchestrator.sweep.locate import sweep_dir_of
 from record.errors import UserError
 
 EXAMPLES = """examples:

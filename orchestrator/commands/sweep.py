@@ -13,15 +13,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.rule import Rule
 from rich.table import Table
 
+from orchestrator.arguments import add_sweep_arguments, add_watch_arguments
+from orchestrator.baselines.submit import wait_baselines
 from orchestrator.cluster.executor import Options, choose_executor, make_backend, render_sbatch, watcher_params
 from orchestrator.cluster.sbatch_values import LIMITS
-from orchestrator.commands.validate import add_sweep_arguments, summary
-from orchestrator.commands.watch import add_watch_arguments, follow
 from orchestrator.console import console
 from orchestrator.launch.materialise import materialise
-from orchestrator.launch.plan import Plan, make_plan
+from orchestrator.launch.plan import Plan, make_plan, summary_lines
 from orchestrator.launch.submit import launch
 from orchestrator.sweep.expand import Sweep, load_sweep
+from orchestrator.tracking.check import check_stores
+from orchestrator.watch.follow import follow
 from orchestrator.watch.job import DEFAULT_POLL_S, Starter
 from record.errors import UserError
 from record.identity import format_value
@@ -89,9 +91,9 @@ def run(args: argparse.Namespace) -> int:
         print_plan(out, sweep, plan, args.rows)
         out.print("dry run: nothing written, nothing submitted")
         return 0
-    check_tracking(sweep)
+    check_stores(c.config.tracking.tracking_uri for c in sweep.cells)
     done = materialise(sweep, plan)
-    for line in summary(sweep, plan):
+    for line in summary_lines(sweep, plan):
         out.print(line, soft_wrap=True)
     out.print(f"wrote {done.written} run dir(s) ({done.unchanged} unchanged, {done.kept} kept as they were) "
               f"and {done.sweep_dir / 'manifest.json'}")
@@ -141,25 +143,9 @@ def wait_for_baselines(sweep: Sweep, sweep_dir, backend, poll: float, timeout: f
     """Local executor: the baselines' jobs run in this process's executor, so it waits for them too."""
     if backend.kind != "local" or not sweep.baselines:
         return 0
-    from orchestrator.baselines.submit import wait_baselines
-
     states = wait_baselines(sweep_dir, backend, min(poll, 5.0), timeout)
     out.print("baselines: " + ", ".join(f"{key} {state}" for key, state in sorted(states.items())))
     return 0 if all(state == "done" for state in states.values()) else 1
-
-
-def check_tracking(sweep: Sweep) -> None:
-    """Every tracking store the jobs would log into answers, or one message and nothing written or submitted."""
-    from orchestrator.tracking.check import job_uris, problems
-
-    found = problems(job_uris(c.config.tracking.tracking_uri for c in sweep.cells))
-    if found:
-        raise UserError("nothing written, nothing submitted: " + (found[0] if len(found) == 1 else "".join(
-            f"\n  - {p}" for p in found)))
-    from record.tracker import default_tracking_uri, ensure_store
-
-    for uri in {c.config.tracking.tracking_uri or default_tracking_uri() for c in sweep.cells}:
-        ensure_store(uri)  # a fresh SQLite store made once here, not raced for by the first jobs
 
 
 SFT_STEP = re.compile(r"\[tiny-model\] sft step (\d+)/(\d+)")

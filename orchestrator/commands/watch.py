@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from collections import Counter
-from pathlib import Path
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+from orchestrator.arguments import add_sweep_dir_argument, add_watch_arguments
 from orchestrator.cluster.executor import load_options, make_backend
 from orchestrator.cluster.query import available
-from orchestrator.commands.status import add_sweep_dir_argument, sweep_dir_of
 from orchestrator.console import console
-from orchestrator.launch.ledger import Ledger, cell_status, settled
-from orchestrator.tracking.sweep_run import close_parent
+from orchestrator.sweep.locate import sweep_dir_of
+from orchestrator.watch.follow import follow
 from orchestrator.watch.job import DEFAULT_POLL_S, start_by_hand
-from orchestrator.watch.watcher import Watcher
 from record.errors import UserError
 
 EXAMPLES = """examples:
@@ -47,44 +41,6 @@ def register(subparsers) -> None:
                         help="time limit of the --as-job watcher; it resubmits itself before (default: the profile's "
                              "watcher.time_min)")
     parser.set_defaults(func=run)
-
-
-def add_watch_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-retries", type=int, default=3, metavar="N",
-                        help="resubmissions per cell for infrastructure failures (default 3)")
-    parser.add_argument("--poll", type=float, default=None, metavar="S",
-                        help="seconds between polls (default 30 on Slurm, 5 with the local executor, 60 in the "
-                             "watcher job)")
-    parser.add_argument("--timeout", type=float, default=None, metavar="S",
-                        help="stop following after S seconds (the jobs keep running)")
-
-
-def follow(sweep_dir: Path, backend, max_retries: int, poll_s: float, timeout_s: float | None = None,
-           parallelism: int = 1, out: Console | None = None) -> int:
-    """Hold the sweep's lock and run the watcher with a progress bar until every cell is final. Exit status 0
-    when every cell completed, 1 otherwise."""
-    out, ledger = out or console(), Ledger(sweep_dir)
-    with ledger.lock("orchestrate watch", stale_s=max(600.0, 10 * poll_s), wait_s=60.0) as keep_alive:
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=out, transient=False) as progress:
-            task = progress.add_task(sweep_dir.name, total=None)
-            watcher = Watcher(ledger, backend, max_retries, parallelism, log=progress.console.print)
-
-            def on_poll(records: dict[str, dict]) -> None:
-                counts = Counter(cell_status(r) for r in records.values())
-                final = sum(1 for r in records.values() if r.get("final"))
-                summary = ", ".join(f"{state} {n}" for state, n in sorted(counts.items()))
-                progress.update(task, total=len(records), completed=final, description=f"{sweep_dir.name}: {summary}")
-
-            records = watcher.run(poll_s, timeout_s, on_poll, keep_alive)
-    counts = Counter(cell_status(r) for r in records.values())
-    out.print(f"{sweep_dir.name}: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
-    if not settled(records):
-        out.print(f"stopped following; the jobs go on. `orchestrate watch {sweep_dir}` picks it up again")
-    else:
-        out.print(close_parent(records))
-    done = all((r.get("final") or {}).get("status") == "completed" for r in records.values())
-    return 0 if records and done else 1
 
 
 def run(args: argparse.Namespace) -> int:

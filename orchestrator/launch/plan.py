@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from orchestrator.cluster.profile import SlurmResources
 from orchestrator.launch.ledger import LIVE, latest
 from orchestrator.sweep.expand import Sweep
+from record.identity import format_value
 
 
 @dataclass(frozen=True)
@@ -156,3 +157,25 @@ def launch_plan(sweep: Sweep, todo: Triage, array_limit: int) -> Plan:
                            tuple(index[k] for k in todo.eval[start:start + limit]), todo.eval[start:start + limit])
                   for n, start in enumerate(range(0, len(todo.eval), limit)))
     return replace(plan, groups=plan.groups + alone)
+
+
+def summary_lines(sweep: Sweep, plan: Plan) -> list[str]:
+    """What `validate` and `sweep` say of a sweep and its plan: cells, axes (distinct values), arrays, run dirs."""
+    spec, counts = sweep.spec, plan.counts()
+    blocks = len(spec.grid)
+    values: dict[str, set[str]] = {key: set() for key in spec.axis_keys()}
+    for cell in sweep.cells:
+        for key, value in cell.axes:
+            values.get(key, set()).add(format_value(value))
+    axes = ", ".join(f"{key} ({len(seen)})" for key, seen in values.items())
+    dropped = f", {sweep.duplicates} duplicate(s) dropped" if sweep.duplicates else ""
+    seeds = ",".join(map(str, spec.seeds))
+    profile = sweep.profile
+    return [
+        f"sweep {spec.name}: {len(sweep.cells)} cells = {blocks} grid block(s) x seeds [{seeds}]{dropped}",
+        f"axes (distinct values): {axes or 'none'}",
+        f"profile {profile.name} (partition {profile.partition}): {counts['train_arrays']} train array(s) + "
+        f"{counts['eval_arrays']} eval array(s) (aftercorr), {counts['array_tasks']} array tasks, "
+        f"at most {counts['gpu_hours_max']:g} GPU-hours",
+        f"run dirs: {spec.output_root}/{spec.name}/<run_key>/config.yaml",
+    ]

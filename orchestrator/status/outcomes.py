@@ -172,20 +172,6 @@ def with_summary(rows: list[dict]) -> list[dict]:
     return [{**row, "summary": by_config[row["config"]]} for row in rows]
 
 
-def fit(widths: list[int], priority: list[int], total: int, flexible: int | None = None, flex_min: int = 30,
-        ) -> list[int]:
-    """Which columns fit in `total` characters: indexes kept, in table order. Columns go in by priority (lower
-    first) while their natural width (plus rich's 3 of padding and border) fits; the `flexible` one (it wraps
-    between words) counts at most `flex_min`. The first column always stays."""
-    used, kept = 1, set()
-    for i in sorted(range(len(widths)), key=lambda i: (priority[i], i)):
-        cost = (min(widths[i], flex_min) if i == flexible else widths[i]) + 3
-        if not kept or used + cost <= total:
-            kept.add(i)
-            used += cost
-    return sorted(kept)
-
-
 def best_by_mean_at_k(entries: list[dict]) -> dict[str, dict]:
     """For each mean@k key of `summary`'s entries: the configuration with the highest mean over its seeds, as
     {"config", "mean", "sd", "n"} (the first one on a tie)."""

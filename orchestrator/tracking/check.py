@@ -14,6 +14,9 @@ import urllib.request
 from collections.abc import Iterable
 from urllib.parse import urlsplit
 
+from record.errors import UserError
+from record.tracker import default_tracking_uri, ensure_store
+
 FIX = ("start the server (`orchestrate tracking up --data-dir DIR`; `orchestrate tracking status` prints its URI) "
        "or fix the URI: tracking.tracking_uri in the sweep, tracking_uri in the Slurm profile, or MLFLOW_TRACKING_URI")
 
@@ -86,3 +89,15 @@ def _tcp_problem(uri: str, timeout_s: float) -> str | None:
     except (OSError, ValueError) as err:
         return f"is unreachable ({getattr(err, 'strerror', None) or err}); {FIX}"
     return None
+
+
+def check_stores(configured: Iterable[str]) -> None:
+    """Every tracking store the jobs would log into answers, or one message and nothing written or submitted; a
+    fresh SQLite store gets its schema here, once, instead of being raced for by the first jobs."""
+    configured = list(configured)
+    found = problems(job_uris(configured))
+    if found:
+        raise UserError("nothing written, nothing submitted: " + (found[0] if len(found) == 1 else "".join(
+            f"\n  - {p}" for p in found)))
+    for uri in {uri or default_tracking_uri() for uri in configured}:
+        ensure_store(uri)

@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cluster.jobs import EVAL_ENTRY, run_eval
-from orchestrator.commands import status
 from orchestrator.launch import ledger as L
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import make_plan
-from orchestrator.status import cells
+from orchestrator.status import cells, tables
 from orchestrator.sweep.expand import load_sweep
 from record.rundir import tag_for
 from trainer.collapse import CollapseMonitor
@@ -85,4 +84,4 @@ def test_status_shows_what_the_real_eval_and_collapse_writers_wrote(tmp_path, mo
     assert config["metrics"][f"eval/tiny/mean_at_{K}"]["mean"] == written
     assert config["metrics"][f"eval/tiny/mean_at_{K}"]["n"] == 1 and config["verdicts"] == {"unstable": 1, "none": 1}
     assert rows["k1-reward-s1"]["eval"] == {} and rows["k1-reward-s1"]["verdict"] is None
-    assert f"tiny@{K}" in [c.header for c in status.table(sweep_dir, list(rows.values()), 100).columns]
+    assert f"tiny@{K}" in [c.header for c in tables.table(sweep_dir, list(rows.values()), 100).columns]

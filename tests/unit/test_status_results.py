@@ -13,9 +13,8 @@ import pytest
 from rich.console import Console
 
 from orchestrator.cli import main
-from orchestrator.commands import status
 from orchestrator.launch import ledger as L
-from orchestrator.status import cells, outcomes
+from orchestrator.status import cells, outcomes, tables
 
 REASON = "train/kl_k1 went above 10x its early value (0.1) at step 8"
 TASKS = {"tiny": 0.524, "tiny_ood": 0.161}
@@ -138,7 +137,7 @@ def test_json_is_still_a_list_of_rows_now_with_the_eval_reason_and_summary(sweep
 
 def render(sweep_dir: Path, width: int) -> str:
     console = Console(width=width, file=io.StringIO(), highlight=False, markup=False)
-    console.print(status.render(sweep_dir, console.width))
+    console.print(tables.render(sweep_dir, console.width))
     return console.file.getvalue()
 
 
@@ -166,6 +165,6 @@ def test_status_prints_both_tables_where_stdout_is_a_pipe(sweep_dir, capsys):
 
 def test_fit_keeps_columns_by_priority_and_the_first_always():
     widths, priority = [12, 10, 8, 40], [0, 3, 1, 2]
-    assert outcomes.fit(widths, priority, 200, flexible=3) == [0, 1, 2, 3]
-    assert outcomes.fit(widths, priority, 50, flexible=3, flex_min=20) == [0, 2, 3]  # the flexible one counts 20
-    assert outcomes.fit(widths, priority, 10, flexible=3) == [0]
+    assert tables.fit(widths, priority, 200, flexible=3) == [0, 1, 2, 3]
+    assert tables.fit(widths, priority, 50, flexible=3, flex_min=20) == [0, 2, 3]  # the flexible one counts 20
+    assert tables.fit(widths, priority, 10, flexible=3) == [0]
