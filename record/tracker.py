@@ -1,4 +1,5 @@
-"""Experiment tracking: the only module that imports mlflow (STYLE.md, "The house").
+"""Experiment tracking: a cell's MLflow run, as the jobs write it. mlflow is imported only under record/ (STYLE.md,
+"The house"): here, record/tracker_sweep.py (the sweep's parent and histories) and record/tracker_import.py.
 
 Contract
 - One MLflow run per cell, found by its `run_key` tag: `open_run` creates it the first time and reopens it
@@ -11,8 +12,8 @@ Contract
 - Keys are checked before anything is sent or buffered (record/tracker_keys.py): MLflow refuses `@`
   (`val/pass@1`) among others.
 - The sweep's parent run is RUNNING while any of its cells' jobs has it open; the watcher marks it FINISHED
-  (or FAILED) once every cell is final (`sweep_tracking.close_sweep_parent`), through the `mlflow_run.json` that each
-  opened cell leaves in its run directory.
+  (or FAILED) once every cell is final (record/tracker_sweep.py `close_sweep_parent`), through the
+  `mlflow_run.json` that each opened cell leaves in its run directory.
 - Runs are named for people: a cell by its cell name (`k3-loss-s0`, as `orchestrate status` shows it), the
   sweep's parent `sweep-<name>`; the run_key stays the identity, as a tag.
 - With a SQLite store, an experiment's artifacts go beside the database (`<db dir>/mlartifacts/<experiment>`),
@@ -32,6 +33,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from record.rundir import RunDir, atomic_write
 from record.tracker_buffer import BATCH_LIMITS, OfflineBuffer, is_transient
@@ -111,7 +114,7 @@ class MlflowTracker:
         check_keys(tags, "tag")
         check_keys(parent_tags or {}, "tag")
         check_keys(experiment_tags or {}, "tag")
-        from mlflow import MlflowClient
+        from mlflow import MlflowClient  # noqa: PLC0415 (mlflow: a job that never logs never loads it)
 
         self._client = MlflowClient(tracking_uri=tracking_uri)
         self._args = dict(run_key=run_key, experiment=experiment, params=flat, parent_run_key=parent_run_key,
@@ -150,7 +153,6 @@ class MlflowTracker:
         if name.endswith(".json"):
             text = json.dumps(obj, indent=2, sort_keys=True, default=str)
         elif name.endswith((".yaml", ".yml")):
-            import yaml
 
             text = yaml.safe_dump(obj, sort_keys=True)
         else:
@@ -264,7 +266,7 @@ class MlflowTracker:
         log.info("MLflow run %s of %s%s", run_id, a["run_key"], f"; runs table: {url}" if url else "")
 
     def _experiment(self, name: str, artifact_location: str | None) -> str:
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # noqa: PLC0415
 
         client = self._client
         experiment = client.get_experiment_by_name(name)
@@ -302,7 +304,7 @@ class MlflowTracker:
         return [r.info for r in sorted(runs, key=lambda r: (r.info.start_time, r.info.run_id))]
 
     def _send(self, run_id: str, event: dict) -> None:
-        from mlflow.entities import Metric, Param, RunTag
+        from mlflow.entities import Metric, Param, RunTag  # noqa: PLC0415
 
         kind = event["kind"]
         if kind == "status":
@@ -334,7 +336,7 @@ def ensure_store(tracking_uri: str) -> None:
     tests/integration/test_tracking_concurrency.py). Other stores are the server's business."""
     if not tracking_uri.startswith("sqlite:///"):
         return
-    from mlflow import MlflowClient
+    from mlflow import MlflowClient  # noqa: PLC0415
 
     Path(tracking_uri[len("sqlite:///"):].split("?", 1)[0]).parent.mkdir(parents=True, exist_ok=True)
     MlflowClient(tracking_uri=tracking_uri).search_experiments(max_results=1)

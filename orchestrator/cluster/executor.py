@@ -28,6 +28,7 @@ from orchestrator.cluster.query import JobRow, SlurmError
 from orchestrator.cluster.snapshot import setup_lines
 from orchestrator.launch.plan import JobGroup, Plan
 from orchestrator.sweep.expand import Sweep
+from record.errors import UserError
 from record.rundir import atomic_write
 
 # --- the callables submitit pickles into each job ------------------------------------------------------------------
@@ -274,8 +275,6 @@ def choose_executor(choice: str) -> tuple[str, str | None]:
 
 
 def make_backend(sweep_dir: Path, options: Options):
-    from record.errors import UserError
-
     kind = options.resolved_executor()
     if kind == "slurm" and not query.available():
         raise UserError("--executor slurm: sbatch is not on PATH; run on a Slurm login node, or use --executor local")

@@ -18,7 +18,13 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
+
+from eval.run import evaluate
+from orchestrator.launch.ledger import Ledger
 from record.rundir import RunDir, atomic_write, tag_for
+from trainer.config import RunConfig
+from trainer.progress import quiet_third_party
 
 TRAIN_ENTRY = "orchestrator.cluster.jobs:train_job"
 # A training job stopped by the warning signal exits with this (EX_TEMPFAIL) when Slurm did not requeue it (a
@@ -54,7 +60,6 @@ def quiet_job_log() -> None:
     (vLLM needs its bar's timing); `orchestrate logs` shows each at its last state. On a terminal, nothing changes."""
     if sys.stdout.isatty():
         return
-    from trainer.progress import quiet_third_party
 
     quiet_third_party()
 
@@ -70,10 +75,7 @@ def is_rank0() -> bool:
 
 def train_job(run_dir: Path) -> dict:
     """Read the run's resolved config.yaml and train (or resume) it."""
-    import yaml
-
-    from trainer.config import RunConfig
-    from trainer.train import RunContext, train
+    from trainer.train import RunContext, train  # noqa: PLC0415 (torch: only inside a training job)
 
     cfg = RunConfig.from_dict(yaml.safe_load(RunDir(run_dir).config.read_text(encoding="utf-8")))
     record = _record(run_dir)
@@ -87,19 +89,12 @@ def train_job(run_dir: Path) -> dict:
 
 
 def eval_job(run_dir: Path) -> dict:
-    """Evaluate the run's final checkpoint (eval/run.py, imported only here: a job that never evaluates does
-    not need lm-eval)."""
-    try:
-        from eval.run import evaluate
-    except ImportError as err:
-        raise RuntimeError(f"eval.run.evaluate is not available in this code snapshot ({err})") from err
+    """Evaluate the run's final checkpoint (eval/run.py)."""
     return evaluate(run_dir)
 
 
 def _record(run_dir: Path) -> dict:
     """The cell's ledger record ({} for a run dir outside a sweep)."""
-    from orchestrator.launch.ledger import Ledger
-
     try:
         return Ledger(run_dir.parent).load(run_dir.name) or {}
     except Exception:  # noqa: BLE001 - a run outside a sweep, or an unreadable record: train without the axes
@@ -120,8 +115,6 @@ def probe_settings(run_dir: Path) -> dict:
 
 
 def _config_steps(run_dir: Path) -> int:
-    import yaml
-
     try:
         return int(yaml.safe_load(RunDir(run_dir).config.read_text(encoding="utf-8"))["optim"]["steps"])
     except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):

@@ -41,7 +41,7 @@ def register(sub) -> None:
 
 
 def prepare(args) -> int:
-    from eval.data import default_data_dir
+    from eval.local_data import default_data_dir
     from eval.prepare import PrepareError
     from eval.prepare import prepare as run_prepare
     from orchestrator.console import console
@@ -62,7 +62,7 @@ def prepare(args) -> int:
 
 
 def check(args) -> int:
-    from eval.data import check as run_check
+    from eval.local_data import check as run_check
     from orchestrator.console import console
 
     problems = run_check(args.dir)

@@ -5,6 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rich.table import Table
+
+from eval.run import evaluate
+from orchestrator.console import console
+
 EXAMPLES = """examples:
   orchestrate eval runs/smoke/3f2a9c1b7d20                      the run's latest checkpoint, its eval config
   orchestrate eval 3f2a9c1b7d20 --tasks tiny,tiny_ood --k 4     a run_key, found under --runs-root
@@ -45,16 +50,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from eval.run import evaluate
-    from orchestrator.console import console
-
     out = console()
     summary = evaluate(args.target, tasks=args.tasks, step=args.step, force=args.force, limit=args.limit, k=args.k,
                        seeds=args.seeds, backend=args.backend, max_tokens=args.max_tokens,
                        chat_template=args.chat_template, data_dir=args.data_dir, tracking_uri=args.tracking_uri,
                        runs_root=args.runs_root, log=out.print)
     k = summary["settings"]["k"]
-    from rich.table import Table
 
     table = Table(title=f"{summary['run_key']} step {summary['step']} (k={k})")
     for col in ("task", "status", f"mean@{k}", "pass@1", f"pass@{k}", f"maj@{k}"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from collections import deque
 from pathlib import Path
 
@@ -51,8 +52,6 @@ def last_state(line: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import json
-
     out = console()
     path = find_record(Path(args.root), args.run_key)
     record = json.loads(path.read_text(encoding="utf-8"))

@@ -17,6 +17,8 @@ from orchestrator.sweep.locate import sweep_dir_of
 from record.identity import cell_name
 from record.run_names import read_manifest
 from record.rundir import RunDir, read_json
+from record.tracker import read_run_file
+from record.tracker_sweep import metric_histories
 
 EXAMPLES = """examples:
   orchestrate report runs/onpolicy
@@ -88,9 +90,6 @@ def run(args: argparse.Namespace) -> int:
 def read_histories(records: dict[str, dict]) -> tuple[dict[str, dict], list[str]]:
     """Each cell's curves, {run_key: {metric: [(step, value)]}}, and notes on where they came from: MLflow for
     the cells that opened a run there, else (no run, or the store unreachable) the run directory."""
-    from orchestrator.tracking.sweep_run import metric_histories
-    from record.tracker import read_run_file
-
     by_uri: dict[str, dict[str, str]] = {}
     for key, record in records.items():
         info = read_run_file(Path(record["run_dir"]))
@@ -130,7 +129,7 @@ def run_dir_history(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def plots():
-    from orchestrator.report import plots  # matplotlib only when there is something to draw
+    from orchestrator.report import plots  # noqa: PLC0415 (matplotlib only when there is something to draw)
 
     return plots
 

@@ -154,7 +154,7 @@ SFT_STEP = re.compile(r"\[tiny-model\] sft step (\d+)/(\d+)")
 def ensure_models(sweep: Sweep, out: Console) -> None:
     """Build the tiny model here, with a progress bar, when a cell trains it and it is missing: otherwise the first
     job builds it (about 3 minutes) and the terminal shows nothing until the job's log does."""
-    from trainer.tiny_model import TinyModelConfig, cache_root, ensure_tiny_model
+    from trainer.tiny_model import TinyModelConfig, cache_root, ensure_tiny_model  # noqa: PLC0415 (torch: only when the tiny model must be built)
 
     if not any(c.config.model.is_tiny for c in sweep.cells):
         return

@@ -6,6 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import Progress
+
 from record.errors import UserError
 
 EXAMPLE = """examples:
@@ -62,7 +65,7 @@ def register(sub) -> None:
 
 
 def _configs(text: str) -> tuple[str, ...]:
-    from trainer.toy_study import EXTRA_CONFIGS, PAPER_CONFIGS, kl_config
+    from trainer.toy_study import EXTRA_CONFIGS, PAPER_CONFIGS, kl_config  # noqa: PLC0415 (torch)
 
     if text == "paper":
         return PAPER_CONFIGS
@@ -81,11 +84,8 @@ def _configs(text: str) -> tuple[str, ...]:
 
 
 def run(args) -> int:
-    from rich.console import Console
-    from rich.progress import Progress
-
-    from orchestrator.report.synthetic import plot_figure1, table
-    from trainer.toy_study import run_study, to_json
+    from orchestrator.report.synthetic import plot_figure1, table  # noqa: PLC0415 (torch, matplotlib)
+    from trainer.toy_study import run_study, to_json  # noqa: PLC0415 (torch)
 
     problems = []
     if args.trials < 2:

@@ -8,7 +8,9 @@ import os
 from pathlib import Path
 
 from orchestrator.console import console
+from orchestrator.tracking.server import down, status, up
 from record.errors import UserError
+from record.tracker_import import import_store, source_uri
 
 EXAMPLES = """examples:
   orchestrate tracking up --data-dir /srv/mlflow --artifacts /shared/mlflow-artifacts
@@ -76,8 +78,6 @@ def _data_dir(parser: argparse.ArgumentParser, required: bool = True) -> None:
 
 
 def run_up(args: argparse.Namespace) -> int:
-    from orchestrator.tracking.server import up
-
     out = console()
     for name in ("port", "pg_port", "workers"):
         value = getattr(args, name)
@@ -95,16 +95,12 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 def run_down(args: argparse.Namespace) -> int:
-    from orchestrator.tracking.server import down
-
     out = console()
     down(args.data_dir, say=lambda line: out.print(line, soft_wrap=True))
     return 0
 
 
 def run_status(args: argparse.Namespace) -> int:
-    from orchestrator.tracking.server import status
-
     info = status(args.data_dir)
     if args.uri:
         if not info["up"]:
@@ -130,9 +126,6 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_import(args: argparse.Namespace) -> int:
-    from orchestrator.tracking.server import status
-    from orchestrator.tracking.store_import import import_store, source_uri
-
     source = source_uri(args.source)
     if source.startswith("sqlite:///") and not Path(source[len("sqlite:///"):]).is_file():
         raise UserError(f"{args.source}: no such SQLite file; give the store to copy, e.g. runs/mlflow.db")

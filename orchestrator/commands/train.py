@@ -5,7 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import yaml
+
 from record.errors import UserError
+from record.identity import run_key
+from trainer.config import RunConfig
 
 EXAMPLE = """examples:
   orchestrate train runs/smoke/3f2a9c1b7d20/config.yaml
@@ -32,10 +36,8 @@ def register(sub) -> None:
 
 def load_run_config(path: Path, overrides: list[str]):
     """YAML + dotted overrides -> a validated RunConfig (every problem at once)."""
-    import yaml
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # noqa: PLC0415 (omegaconf: only with overrides)
 
-    from trainer.config import RunConfig
 
     if not path.exists():
         raise UserError(f"{path} does not exist; give a run config YAML (e.g. a run directory's config.yaml)")
@@ -62,8 +64,7 @@ def load_run_config(path: Path, overrides: list[str]):
 
 
 def run(args) -> int:
-    from record.identity import run_key
-    from trainer.train import RunContext, train
+    from trainer.train import RunContext, train  # noqa: PLC0415 (torch)
 
     cfg = load_run_config(args.config, args.overrides)
     key = run_key(cfg)

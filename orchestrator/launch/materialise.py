@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import subprocess
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
+import tomllib
 import yaml
 
 from orchestrator.baselines.declare import materialise_baselines
@@ -116,10 +118,8 @@ def git_state(repo: Path = REPO) -> dict:
 
 def orchestrator_version() -> str:
     try:
-        from importlib.metadata import version
         return version("comedy-sweeps")
     except Exception:  # noqa: BLE001 - not installed (a checkout on PYTHONPATH): read pyproject.toml
-        import tomllib
         try:
             return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
         except (OSError, KeyError, tomllib.TOMLDecodeError):

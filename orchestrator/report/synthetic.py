@@ -6,12 +6,12 @@ from pathlib import Path
 
 from rich.table import Table
 
+from trainer.kl import objective_target
+from trainer.toy_study import kl_config
+
 
 def table(records, args) -> Table:
     """Rows: configurations; columns: T, each cell 'bias^2 / variance'; then the on-policy target and max z."""
-    from trainer.kl import objective_target
-    from trainer.toy_study import kl_config
-
     lengths = sorted({r.T for r in records})
     configs = list(dict.fromkeys(r.config for r in records))
     by = {(r.config, r.T): r for r in records}
@@ -37,10 +37,10 @@ def table(records, args) -> Table:
 
 def plot_figure1(records, path: Path) -> None:
     """Two panels, bias^2 and variance against T on log scales, one line per configuration (Figure 1)."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 (matplotlib: only when a figure is drawn)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415
 
     configs = list(dict.fromkeys(r.config for r in records))
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))

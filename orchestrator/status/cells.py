@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 from orchestrator.cluster.query import SlurmError, available, sacct
 from orchestrator.launch.ledger import Ledger, apply_slurm_states
 from orchestrator.status import outcomes
@@ -82,8 +84,6 @@ def cell_rows(records: dict[str, dict]) -> list[dict]:
 
 def run_config(run_dir: Path) -> dict:
     """The run's resolved config.yaml as dotted keys; tracking left out (where a run logs, not what it computes)."""
-    import yaml
-
     try:
         data = yaml.safe_load(RunDir(run_dir).config.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):

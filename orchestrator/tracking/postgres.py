@@ -179,7 +179,7 @@ class Postgres:
         self.create_database()
 
     def create_database(self, name: str = DB) -> None:
-        import psycopg2
+        import psycopg2  # noqa: PLC0415 (psycopg2: only on the server's host)
 
         conn = psycopg2.connect(host="127.0.0.1", port=self.port, user=DB, dbname="postgres",
                                 passfile=str(self.passfile), connect_timeout=10)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import secrets
 import signal
 import socket
@@ -102,8 +103,6 @@ def check_data_dir(data_dir: Path) -> None:
 
 
 def _user(uid: int) -> str:
-    import pwd
-
     try:
         return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
     except KeyError:

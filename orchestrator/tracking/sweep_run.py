@@ -9,16 +9,16 @@ left, found through the `mlflow_run.json` of each cell's run directory.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from orchestrator.launch.ledger import Ledger
+from orchestrator.status import outcomes
+from orchestrator.status.cells import cell_rows
 from record.run_names import read_manifest, sweep_tags
 from record.tracker import read_run_file
-from record.tracker_buffer import is_transient
-from record.tracker_keys import check_close_status, check_keys, metric_points
+from record.tracker_sweep import close_sweep_parent
 from record.tracker_ui import compare_url, experiment_url, serve_command, view_key
 
 
@@ -36,8 +36,6 @@ def summary_fields(rows: list[dict]) -> tuple[dict[str, str], dict[str, float]]:
     key the best configuration (tag `summary/best/<task>/mean_at_<k>`: "k3-loss: 0.52 ± 0.01 over 2 seeds";
     metric of the same key: its mean), and the cells counted by verdict and by state (`summary/verdict/<v>`,
     `summary/state/<s>`, and as one readable tag each)."""
-    from orchestrator.status import outcomes
-
     tags, metrics = {}, {"summary/cells": float(len(rows))}
     for key, best in outcomes.best_by_mean_at_k(outcomes.summary(rows)).items():
         name = "summary/best/" + key.removeprefix("eval/")
@@ -58,8 +56,6 @@ def _safe(value: str) -> str:
 def close_parent(records: dict[str, dict]) -> str:
     """Give the settled sweep's parent MLflow run the sweep (`sweep_tags`) and its summary (`summary_fields`),
     and mark it with `sweep_status`; returns what was done."""
-    from orchestrator.status.cells import cell_rows  # the rows `orchestrate status` shows
-
     run_dirs = [Path(r["run_dir"]) for r in records.values() if r.get("run_dir")]
     tags, metrics = summary_fields(cell_rows(records))
     if run_dirs:
@@ -72,8 +68,6 @@ def close_parent(records: dict[str, dict]) -> str:
 def links(records: dict[str, dict]) -> list[str]:
     """Lines that open the sweep in the MLflow UI: its runs table and the compare view of its cells, with how to
     serve a local store; [] until a cell has opened its run (each leaves mlflow_run.json in its run dir)."""
-    from record.tracker import read_run_file
-
     opened = [(r, info) for r in sorted(records.values(), key=lambda r: r["name"])
               if r.get("run_dir") and (info := read_run_file(Path(r["run_dir"]))).get("run_id")]
     if not opened:
@@ -92,74 +86,7 @@ def links(records: dict[str, dict]) -> list[str]:
     return lines
 
 
-def close_sweep_parent(run_dirs: Iterable[Path], status: str, tags: Mapping[str, str] | None = None,
-                       metrics: Mapping[str, float] | None = None) -> str:
-    """Set `tags` and `metrics` (the sweep and its summary; metrics at step 0, the latest value wins) on the
-    sweep's parent run, then mark it terminated with `status`; the parent is found through the first cell that
-    opened its run. Returns what was done, for the person watching; an unreachable store is reported, not
-    raised: the parent is a summary, and the next `orchestrate watch` of the settled sweep tries again."""
-    check_close_status(status)
-    for run_dir in run_dirs:
-        info = read_run_file(Path(run_dir))
-        if info.get("parent_run_id"):
-            break
-    else:
-        return "no cell has opened an MLflow run under a sweep parent; nothing to close"
-    check_keys(tags or {}, "tag")
-    points = metric_points(metrics or {}, 0)
-    from mlflow import MlflowClient
-    from mlflow.entities import Metric, RunTag
-
-    try:
-        client, parent = MlflowClient(tracking_uri=info["tracking_uri"]), info["parent_run_id"]
-        client.log_batch(parent, metrics=[Metric(k, v, ts, step) for k, v, step, ts in points],
-                         tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()])
-        client.set_terminated(parent, status)
-    except Exception as exc:
-        if not is_transient(exc):
-            raise
-        return f"MLflow store unreachable ({exc}); the sweep's parent run keeps its status"
-    return f"MLflow: sweep parent run {info['parent_run_id']} marked {status}"
-
-
-def metric_histories(tracking_uri: str, run_ids: Mapping[str, str],
-                     keys: Iterable[str]) -> dict[str, dict[str, list[tuple[int, float]]]]:
-    """What `orchestrate report` draws: each run's history of `keys`, {run_key: {key: [(step, value), ...] by
-    step}}, from the store at `tracking_uri`; `run_ids` maps run_key -> MLflow run id (mlflow_run.json). A key
-    a run never logged is left out; a run the store lacks (deleted) maps to {}. Raises ConnectionError when the
-    store cannot be reached, a missing SQLite file included: reading never creates a store."""
-    if tracking_uri.startswith("sqlite:///"):
-        db = Path(tracking_uri[len("sqlite:///"):].split("?", 1)[0])
-        if not db.is_file():
-            raise ConnectionError(f"no MLflow database at {db}")
-    # A report waits for one short timeout, not MLflow's default of 7 retries with backoff (minutes).
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
-    client, wanted, out = MlflowClient(tracking_uri=tracking_uri), set(keys), {}
-    try:
-        for run_key, run_id in run_ids.items():
-            try:
-                logged = client.get_run(run_id).data.metrics
-            except MlflowException as exc:
-                if is_transient(exc):
-                    raise
-                out[run_key] = {}
-                continue
-            out[run_key] = {k: sorted((int(m.step), float(m.value)) for m in client.get_metric_history(run_id, k))
-                            for k in sorted(wanted & logged.keys())}
-    except Exception as exc:
-        if not is_transient(exc):
-            raise
-        raise ConnectionError(f"MLflow store {tracking_uri} unreachable ({exc})") from exc
-    return out
-
-
 def main(argv: list[str]) -> int:
-    from orchestrator.launch.ledger import Ledger
-
     root = Path(argv[0] if argv else "runs")
     found = False
     for sweep_dir in sorted(p.parent for p in root.glob("*/ledger") if p.is_dir()):

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 from orchestrator.launch.ledger import Ledger
-from orchestrator.tracking.sweep_run import metric_histories
 from record.tracker import MlflowTracker, read_run_file
+from record.tracker_sweep import metric_histories
 from trainer.collapse import CollapseMonitor
 
 REPO = Path(__file__).resolve().parents[2]

@@ -36,7 +36,7 @@ def source_uri(source: str) -> str:
 
 
 def import_store(source: str, target: str, say=print) -> ImportReport:
-    from mlflow import MlflowClient
+    from mlflow import MlflowClient  # noqa: PLC0415 (mlflow)
 
     src, dst, report = MlflowClient(source), MlflowClient(target), ImportReport()
     for experiment in src.search_experiments():
@@ -79,7 +79,7 @@ def _all_runs(client, experiment_id: str) -> list:
 
 
 def _copy_run(src, dst, run, experiment_id: str, origin: str, new_ids: dict, report: ImportReport) -> str:
-    from mlflow.entities import Metric, Param
+    from mlflow.entities import Metric, Param  # noqa: PLC0415
 
     tags = {k: v for k, v in run.data.tags.items() if k != PARENT_TAG}
     parent = run.data.tags.get(PARENT_TAG)
