@@ -100,7 +100,7 @@ class RunDir:
 
     @property
     def baseline(self) -> Path:
-        """The marker of a baseline's run dir (orchestrator/baselines/declare.py): evaluate the base model, train
+        """The marker of a baseline's run dir (orchestrator/sweep/baselines.py): evaluate the base model, train
         nothing."""
         return self.path / "baseline.json"
 

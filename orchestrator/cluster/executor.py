@@ -9,13 +9,13 @@ working tree. The intent protocol around each sbatch is orchestrator/launch/inte
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import submitit
 from submitit.core.utils import FailedJobError, FailedSubmissionError
@@ -23,13 +23,15 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 from submitit.slurm.slurm import _make_sbatch_string
 
 from orchestrator.cluster import jobs, query
-from orchestrator.cluster.profile import SlurmProfile, SlurmResources
+from orchestrator.cluster.profile import SlurmProfile, mem_param, resources_params
 from orchestrator.cluster.query import JobRow, SlurmError
 from orchestrator.cluster.snapshot import setup_lines
-from orchestrator.launch.plan import JobGroup, Plan
-from orchestrator.sweep.expand import Sweep
 from record.errors import UserError
 from record.rundir import atomic_write
+
+if TYPE_CHECKING:  # types only: the plan and the sweep are what launch/ makes; cluster/ renders them
+    from orchestrator.launch.plan import JobGroup, Plan
+    from orchestrator.sweep.expand import Sweep
 
 # --- the callables submitit pickles into each job ------------------------------------------------------------------
 
@@ -94,28 +96,6 @@ def load_options(sweep_dir: Path, **changes) -> Options:
         saved = {}
     known = {k: v for k, v in saved.items() if k in Options.__dataclass_fields__}
     return replace(Options(**known), **changes)
-
-
-def resources_params(profile: SlurmProfile, res: SlurmResources) -> dict:
-    """submitit's Slurm parameters for one job: one task per GPU (tasks_per_node), CPUs per task, memory per
-    node; no --gpus-per-node=0 on clusters without GPUs."""
-    params = {"partition": profile.partition, "account": profile.account, "qos": profile.qos, "time": res.time_min,
-              "nodes": res.nodes, "ntasks_per_node": res.tasks_per_node, "cpus_per_task": res.cpus_per_task,
-              "gpus_per_node": res.gpus_per_node or None, "mem": mem_param(res.mem_gb), "constraint": res.constraint}
-    return {k: v for k, v in params.items() if v is not None}
-
-
-def mem_param(gb: float) -> str:
-    return f"{int(gb)}G" if float(gb).is_integer() else f"{int(gb * 1024)}M"
-
-
-def array_name(sweep: str, kind: str, run_keys: list[str], attempts: list[int]) -> str:
-    """A single cell's job is `<sweep>-<kind>-<run_key>-a<attempt>`; an array is `<sweep>-<kind>-<digest>`, the
-    digest of its (run_key, attempt) pairs, which the ledger maps back to its cells."""
-    if len(run_keys) == 1:
-        return f"{sweep}-{kind}-{run_keys[0]}-a{attempts[0]}"
-    pairs = ",".join(f"{k}:{a}" for k, a in zip(run_keys, attempts))
-    return f"{sweep}-{kind}-{hashlib.sha256(pairs.encode()).hexdigest()[:10]}"
 
 
 def log_folder(sweep: Sweep, root: str | Path | None = None) -> Path:

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import yaml
 
-from eval.run import evaluate
 from orchestrator.launch.ledger import Ledger
 from record.rundir import RunDir, atomic_write, tag_for
 from trainer.config import RunConfig
@@ -90,6 +89,8 @@ def train_job(run_dir: Path) -> dict:
 
 def eval_job(run_dir: Path) -> dict:
     """Evaluate the run's final checkpoint (eval/run.py)."""
+    from eval.run import evaluate  # noqa: PLC0415 (lm-eval, torch: only inside an evaluation job)
+
     return evaluate(run_dir)
 
 

@@ -247,3 +247,16 @@ def resource_problems(config: RunConfig, res: SlurmResources, profile: str) -> l
         p.append(f"model.name_or_path: {config.model.name_or_path} ({size:g}B parameters) on profile "
                  f"{profile!r}, which has no GPUs; use a GPU profile (sweep.slurm.profile=a100) or model=tiny")
     return p
+
+
+def resources_params(profile: SlurmProfile, res: SlurmResources) -> dict:
+    """submitit's Slurm parameters for one job: one task per GPU (tasks_per_node), CPUs per task, memory per
+    node; no --gpus-per-node=0 on clusters without GPUs."""
+    params = {"partition": profile.partition, "account": profile.account, "qos": profile.qos, "time": res.time_min,
+              "nodes": res.nodes, "ntasks_per_node": res.tasks_per_node, "cpus_per_task": res.cpus_per_task,
+              "gpus_per_node": res.gpus_per_node or None, "mem": mem_param(res.mem_gb), "constraint": res.constraint}
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def mem_param(gb: float) -> str:
+    return f"{int(gb)}G" if float(gb).is_integer() else f"{int(gb * 1024)}M"

@@ -11,8 +11,7 @@ import shlex
 import shutil
 from pathlib import Path
 
-from orchestrator.sweep.expand import REPO
-
+REPO = Path(__file__).resolve().parents[2]  # the checkout this code runs from
 PACKAGES = ("orchestrator", "trainer", "eval")  # what a job imports; copied into every snapshot
 MAX_SNAPSHOT_FILE = 5 * 1024**2  # larger files are data, not code: left out
 

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from orchestrator.arguments import add_sweep_dir_argument
-from orchestrator.baselines.state import baseline_rows, current_baselines
 from orchestrator.launch.ledger import Ledger
 from orchestrator.report import asynchronous, late, paper
 from orchestrator.report import baselines as base_models
+from orchestrator.status.baselines import baseline_rows, current_baselines
 from orchestrator.status.cells import cell_rows, current_records, run_config
 from orchestrator.sweep.locate import sweep_dir_of
 from record.identity import cell_name

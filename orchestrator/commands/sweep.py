@@ -14,10 +14,10 @@ from rich.rule import Rule
 from rich.table import Table
 
 from orchestrator.arguments import add_sweep_arguments, add_watch_arguments
-from orchestrator.baselines.submit import wait_baselines
 from orchestrator.cluster.executor import Options, choose_executor, make_backend, render_sbatch, watcher_params
 from orchestrator.cluster.sbatch_values import LIMITS
 from orchestrator.console import console
+from orchestrator.launch.baselines import wait_baselines
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import Plan, make_plan, summary_lines
 from orchestrator.launch.submit import launch

@@ -5,9 +5,9 @@ never submits twice.
 
 from __future__ import annotations
 
+import hashlib
 import time
 
-from orchestrator.cluster.executor import array_name
 from orchestrator.launch.ledger import Ledger, add_attempt, attempts
 
 
@@ -43,3 +43,12 @@ def submit_jobs(backend, ledger: Ledger, records: list[dict], kinds: tuple[str, 
                 train_ids = [s.job_id for s in done]
     finally:
         ledger.save_all(records)
+
+
+def array_name(sweep: str, kind: str, run_keys: list[str], attempts: list[int]) -> str:
+    """A single cell's job is `<sweep>-<kind>-<run_key>-a<attempt>`; an array is `<sweep>-<kind>-<digest>`, the
+    digest of its (run_key, attempt) pairs, which the ledger maps back to its cells."""
+    if len(run_keys) == 1:
+        return f"{sweep}-{kind}-{run_keys[0]}-a{attempts[0]}"
+    pairs = ",".join(f"{k}:{a}" for k, a in zip(run_keys, attempts))
+    return f"{sweep}-{kind}-{hashlib.sha256(pairs.encode()).hexdigest()[:10]}"

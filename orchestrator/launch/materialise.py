@@ -18,12 +18,14 @@ from pathlib import Path
 import tomllib
 import yaml
 
-from orchestrator.baselines.declare import materialise_baselines
+from orchestrator.cluster.snapshot import REPO
 from orchestrator.launch.plan import Plan
-from orchestrator.sweep.expand import REPO, Sweep
-from record.errors import UserError
+from orchestrator.sweep.baselines import identity, sweep_baselines_dir
+from orchestrator.sweep.expand import Sweep
+from record.errors import ConfigError, UserError
 from record.identity import run_key
 from record.rundir import RunDir, atomic_write
+from trainer.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -124,3 +126,27 @@ def orchestrator_version() -> str:
             return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
         except (OSError, KeyError, tomllib.TOMLDecodeError):
             return "unknown"
+
+
+def materialise_baselines(baselines, sweep_dir: Path) -> tuple[int, int]:
+    """Write each baseline's config.yaml and baseline.json (never rewriting a different one); (written, there)."""
+    written = there = 0
+    for b in baselines:
+        run = RunDir(sweep_baselines_dir(sweep_dir) / b.key)
+        text = yaml.safe_dump(b.config.to_dict(), sort_keys=False)
+        if run.config.exists():
+            try:
+                same = identity(RunConfig.from_dict(yaml.safe_load(run.config.read_text(encoding="utf-8")))) \
+                    == identity(b.config)
+            except (yaml.YAMLError, ConfigError, TypeError, ValueError, AttributeError):
+                same = False
+            if not same:
+                raise UserError(f"{run.config}: holds another evaluation than baseline {b.key} names; it was edited "
+                                f"by hand or is corrupt. Move {run.path} away and run this again.")
+            there += 1
+        else:
+            atomic_write(run.config, text)
+            written += 1
+        if not run.baseline.exists():
+            atomic_write(run.baseline, json.dumps(b.description(), indent=1) + "\n")
+    return written, there

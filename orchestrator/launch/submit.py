@@ -9,9 +9,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.baselines.submit import launch_baselines
-from orchestrator.cluster.executor import Options, resources_params, save_options
+from orchestrator.cluster.executor import Options, save_options
+from orchestrator.cluster.profile import resources_params
 from orchestrator.cluster.snapshot import snapshot_code
+from orchestrator.launch.baselines import launch_baselines
 from orchestrator.launch.intents import submit_jobs
 from orchestrator.launch.ledger import Ledger, new_record, note
 from orchestrator.launch.plan import launch_plan, triage
@@ -30,7 +31,7 @@ class LaunchReport:
     kept: dict
     resolved: int  # intents of an earlier, interrupted orchestrator settled by job name
     watcher: str | None = None  # what the watcher starter did, in words (Slurm only)
-    baselines: int = 0  # base-model evaluations submitted (orchestrator/baselines/submit.py)
+    baselines: int = 0  # base-model evaluations submitted (orchestrator/launch/baselines.py)
     baselines_kept: dict | None = None
 
 

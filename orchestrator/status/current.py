@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from orchestrator.baselines.state import baseline_ids, baseline_rows, current_baselines
 from orchestrator.cluster.query import available
 from orchestrator.launch.ledger import settled
+from orchestrator.status import watcher as watcher_state
+from orchestrator.status.baselines import baseline_ids, baseline_rows, current_baselines
 from orchestrator.status.cells import cell_rows, current_state, on_slurm
-from orchestrator.watch import state as watcher_state
 
 
 def read(sweep_dir: Path) -> tuple[dict[str, dict], list[str], dict[str, dict]]:

@@ -11,8 +11,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.baselines.state import baseline_rows
 from orchestrator.status import outcomes
+from orchestrator.status.baselines import baseline_rows
 from orchestrator.status.cells import cell_rows
 from orchestrator.status.current import read
 from record.identity import format_value

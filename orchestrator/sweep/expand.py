@@ -26,8 +26,9 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from orchestrator.baselines.declare import Baseline, expand_baselines
 from orchestrator.cluster.profile import SlurmProfile, SlurmResources, load_profile, resource_problems
+from orchestrator.cluster.snapshot import REPO
+from orchestrator.sweep.baselines import Baseline, expand_baselines
 from orchestrator.sweep.config_tree import (
     NotPlain,
     edit,
@@ -41,7 +42,6 @@ from record.errors import ConfigError, UserError
 from record.identity import cell_name, format_value, run_key
 from trainer.config import RunConfig
 
-REPO = Path(__file__).resolve().parents[2]
 SHIPPED_CONF = REPO / "sweeps" / "conf"
 SHOWN_CELLS = 3  # a problem shared by more cells names the first few and counts the rest
 
@@ -68,7 +68,7 @@ class Sweep:
     profile: SlurmProfile
     cells: tuple[Cell, ...]
     duplicates: int  # cells dropped because an earlier cell had the same run_key
-    baselines: tuple[Baseline, ...] = ()  # base models evaluated once (orchestrator/baselines/declare.py)
+    baselines: tuple[Baseline, ...] = ()  # base models evaluated once (orchestrator/sweep/baselines.py)
 
     @property
     def name(self) -> str:

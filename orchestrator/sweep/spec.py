@@ -109,7 +109,7 @@ class SweepSpec:
     profile: str = "local"
     slurm_overrides: dict = field(default_factory=dict)
     output_root: str = "runs"
-    # Evaluations of base models, run once per sweep (orchestrator/baselines/declare.py).
+    # Evaluations of base models, run once per sweep (orchestrator/sweep/baselines.py).
     baselines: tuple[BaselineEntry, ...] = ()
 
     @classmethod

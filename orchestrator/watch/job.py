@@ -1,7 +1,7 @@
 """The sweep's watcher as a Slurm job of its own: `orchestrate sweep` starts it (one per sweep), so a sweep on Slurm
 resubmits what infrastructure failures end with nobody keeping a login-node session open. It follows the sweep
 from its own partition (the profile's `watcher`), hands over to a successor before its time limit, and ends once
-the sweep is settled, saying so in its log and in `<sweep dir>/watcher.json` (orchestrator/watch/state.py).
+the sweep is settled, saying so in its log and in `<sweep dir>/watcher.json` (orchestrator/status/watcher.py).
 """
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from orchestrator.cluster.executor import SlurmBackend, load_options, mem_param, submit_watcher, watcher_name
+from orchestrator.cluster.executor import SlurmBackend, load_options, submit_watcher, watcher_name
+from orchestrator.cluster.profile import mem_param
 from orchestrator.cluster.query import SlurmError
 from orchestrator.launch.ledger import Ledger, SweepBusy, cell_status, settled
+from orchestrator.status import watcher as ws
 from orchestrator.tracking.sweep_run import close_parent
-from orchestrator.watch import state as ws
 from orchestrator.watch.watcher import Watcher
 from record.errors import UserError
 from record.rundir import read_json

@@ -12,13 +12,12 @@ import pytest
 
 from orchestrator.cluster.executor import (
     Submitted,
-    array_name,
     render_sbatch,
-    resources_params,
 )
+from orchestrator.cluster.profile import resources_params
 from orchestrator.cluster.snapshot import setup_lines, snapshot_code
 from orchestrator.launch import ledger as L
-from orchestrator.launch.intents import submit_jobs
+from orchestrator.launch.intents import array_name, submit_jobs
 from orchestrator.launch.plan import make_plan
 from orchestrator.sweep.expand import load_sweep
 

@@ -13,26 +13,23 @@ own model and eval settings on top, and resolved in full. Its identity is what i
 eval, the prompt budget and tensor parallelism vLLM is given), never the training settings: a sweep that changes
 only its training reuses its baselines. Its run directory `<sweep dir>/baselines/<key>/` holds `config.yaml` and
 `baseline.json` (record/rundir.py), the marker that tells the evaluation to evaluate `model.name_or_path` itself
-(eval/target.py); its jobs and their ledger are orchestrator/baselines/submit.py's.
+(eval/target.py); its jobs and their ledger are orchestrator/launch/baselines.py's.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from orchestrator.baselines.state import DIR
 from orchestrator.sweep.config_tree import edit, has_interpolation
-from record.errors import ConfigError, UserError
+from record.errors import ConfigError
 from record.identity import canonical_json, format_value
-from record.rundir import RunDir, atomic_write
 from trainer.config import RunConfig
 
+# <sweep dir>/baselines/: the baselines' run dirs and their ledger (orchestrator/launch/baselines.py)
+DIR = "baselines"
 HASH_HEX = 8
 
 
@@ -122,29 +119,3 @@ def _resolve(base, settings, where: str, problems: list[str]) -> RunConfig | Non
         found = [f"interpolation: {str(err).splitlines()[0]}"]
     problems += [f"{where}: {p}" for p in found if not any(p in q for q in problems)]
     return None
-
-
-# --- the run directories -------------------------------------------------------------------------------------
-
-def materialise_baselines(baselines, sweep_dir: Path) -> tuple[int, int]:
-    """Write each baseline's config.yaml and baseline.json (never rewriting a different one); (written, there)."""
-    written = there = 0
-    for b in baselines:
-        run = RunDir(sweep_baselines_dir(sweep_dir) / b.key)
-        text = yaml.safe_dump(b.config.to_dict(), sort_keys=False)
-        if run.config.exists():
-            try:
-                same = identity(RunConfig.from_dict(yaml.safe_load(run.config.read_text(encoding="utf-8")))) \
-                    == identity(b.config)
-            except (yaml.YAMLError, ConfigError, TypeError, ValueError, AttributeError):
-                same = False
-            if not same:
-                raise UserError(f"{run.config}: holds another evaluation than baseline {b.key} names; it was edited "
-                                f"by hand or is corrupt. Move {run.path} away and run this again.")
-            there += 1
-        else:
-            atomic_write(run.config, text)
-            written += 1
-        if not run.baseline.exists():
-            atomic_write(run.baseline, json.dumps(b.description(), indent=1) + "\n")
-    return written, there

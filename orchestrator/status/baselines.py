@@ -1,4 +1,4 @@
-"""The baselines as `status` and `report` see them: their ledger (orchestrator/baselines/submit.py writes it) with
+"""The baselines as `status` and `report` see them: their ledger (orchestrator/launch/baselines.py writes it) with
 Slurm's current states applied in memory, and the mean@k each evaluation wrote. Reads only."""
 
 from __future__ import annotations
@@ -6,17 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.cluster.query import SlurmError, available, sacct
-from orchestrator.launch.ledger import Ledger, apply_slurm_states, attempts, latest, to_poll
+from orchestrator.launch.baselines import baseline_ledger, baseline_state
+from orchestrator.launch.ledger import apply_slurm_states, attempts, latest, to_poll
 from orchestrator.status.outcomes import eval_metrics
 from record.errors import UserError
 from record.rundir import RunDir, read_json
-
-# <sweep dir>/baselines/: the baselines' run dirs and their ledger (orchestrator/baselines/declare.py)
-DIR = "baselines"
-
-
-def baseline_ledger(sweep_dir: Path) -> Ledger:
-    return Ledger(Path(sweep_dir) / DIR)
 
 
 def _on_slurm(records: dict[str, dict]) -> dict[str, dict]:
@@ -39,15 +33,6 @@ def current_baselines(sweep_dir: Path, rows: dict[str, list] | None = None) -> d
         except SlurmError as err:
             raise UserError(f"cannot read job states: {err}") from None
     return records
-
-
-def baseline_state(record: dict) -> str:
-    """planned, submitting, pending, evaluating, done, or the job's state (failed, ...)."""
-    ev = latest(record, "eval")
-    if ev is None or ev["state"] == "LOST":
-        return "planned"
-    return {"INTENT": "submitting", "SUBMITTED": "pending", "PENDING": "pending", "RUNNING": "evaluating",
-            "COMPLETED": "done"}.get(ev["state"], ev["state"].lower())
 
 
 def baseline_rows(records: dict[str, dict]) -> list[dict]:
