@@ -102,8 +102,8 @@ def ours(calls: Calls, folder: Path, seeds: int) -> dict:
     name = f"bo{uuid.uuid4().hex[:6]}"
     path = folder / f"{name}.yaml"
     path.write_text(SWEEP.format(name=name, seeds=seeds, root=folder / "runs"))
-    options = Options(executor="slurm", train_entry="orchestrator.cluster.jobs:probe_train",
-                      eval_entry="orchestrator.cluster.jobs:probe_eval")
+    options = Options(executor="slurm", train_entry="orchestrator.jobs:probe_train",
+                      eval_entry="orchestrator.jobs:probe_eval")
     log = calls.phase("ours-submit")
     t0 = time.perf_counter()
     sweep = load_sweep(path)

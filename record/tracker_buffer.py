@@ -1,6 +1,6 @@
 """The tracking buffer: events not yet delivered to MLflow, on disk in the run directory, replayed in order.
 
-No mlflow import here (record/tracker.py stays the only module with one): this is plain files and
+No mlflow import here (only record/tracker*.py that talk to MLflow have one): this is plain files and
 the rules for telling "the store is unreachable, retry" from "the request was wrong".
 """
 

@@ -22,7 +22,8 @@ from submitit.core.utils import FailedJobError, FailedSubmissionError
 from submitit.helpers import Checkpointable, DelayedSubmission
 from submitit.slurm.slurm import _make_sbatch_string
 
-from orchestrator.cluster import jobs, query
+from orchestrator.cluster import query
+from orchestrator.cluster.entry import EVAL_ENTRY, TRAIN_ENTRY, run_eval, run_train
 from orchestrator.cluster.profile import SlurmProfile, mem_param, resources_params
 from orchestrator.cluster.query import JobRow, SlurmError
 from orchestrator.cluster.snapshot import setup_lines
@@ -40,11 +41,11 @@ class TrainJob(Checkpointable):
     `checkpoint()` and requeues the same call (same job id, so its chained evaluation keeps waiting); the
     trainer resumes from `<run_dir>/checkpoints/latest.json` by itself."""
 
-    def __init__(self, entry: str = jobs.TRAIN_ENTRY):
+    def __init__(self, entry: str = TRAIN_ENTRY):
         self.entry = entry
 
     def __call__(self, run_dir: str):
-        return jobs.run_train(self.entry, run_dir)
+        return run_train(self.entry, run_dir)
 
     def checkpoint(self, run_dir: str) -> DelayedSubmission:
         return DelayedSubmission(TrainJob(self.entry), run_dir)
@@ -53,11 +54,11 @@ class TrainJob(Checkpointable):
 class EvalJob:
     """One cell's evaluation call; writes `<run_dir>/eval_result.json`."""
 
-    def __init__(self, entry: str = jobs.EVAL_ENTRY):
+    def __init__(self, entry: str = EVAL_ENTRY):
         self.entry = entry
 
     def __call__(self, run_dir: str):
-        return jobs.run_eval(self.entry, run_dir)
+        return run_eval(self.entry, run_dir)
 
 
 CALLABLES = {"train": TrainJob, "eval": EvalJob}
@@ -75,8 +76,8 @@ class Options:
     signal_delay_s: int = 90  # submitit's default; `orchestrate sweep` passes the profile's (or --signal-delay)
     requeue: bool = True
     max_num_timeout: int = 3
-    train_entry: str = jobs.TRAIN_ENTRY
-    eval_entry: str = jobs.EVAL_ENTRY
+    train_entry: str = TRAIN_ENTRY
+    eval_entry: str = EVAL_ENTRY
 
     def resolved_executor(self) -> str:
         if self.executor == "auto":

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from eval.local_data import check as check_data
+from eval.local_data import default_data_dir
+from orchestrator.console import console
 from record.errors import UserError
 
 EXAMPLES = """examples:
@@ -41,17 +44,15 @@ def register(sub) -> None:
 
 
 def prepare(args) -> int:
-    from eval.local_data import default_data_dir
-    from eval.prepare import PrepareError
-    from eval.prepare import prepare as run_prepare
-    from orchestrator.console import console
+    from eval.prepare import PrepareError  # noqa: PLC0415 (datasets: only when preparing)
+    from eval.prepare import prepare as prepare_data  # noqa: PLC0415
 
     out, console_ = args.out or default_data_dir(), console()
     if min(args.countdown_train, args.countdown_heldout) < 1:
         raise UserError("--countdown-train and --countdown-heldout must be >= 1")
     console_.print(f"preparing {out}")
     try:
-        result = run_prepare(out, countdown_sizes=(args.countdown_train, args.countdown_heldout), log=console_.print)
+        result = prepare_data(out, countdown_sizes=(args.countdown_train, args.countdown_heldout), log=console_.print)
     except PrepareError as err:
         raise UserError(str(err)) from None
     except OSError as err:
@@ -62,10 +63,7 @@ def prepare(args) -> int:
 
 
 def check(args) -> int:
-    from eval.local_data import check as run_check
-    from orchestrator.console import console
-
-    problems = run_check(args.dir)
+    problems = check_data(args.dir)
     if problems:
         raise UserError("\n".join([f"{len(problems)} problem(s) in {args.dir}:", *(f"  - {p}" for p in problems)]))
     console().print(f"{args.dir}: every dataset present, with its expected rows and checksum")

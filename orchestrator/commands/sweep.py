@@ -72,7 +72,7 @@ def register(subparsers) -> None:
                         help="jobs may not be requeued by Slurm: a node failure ends them, the watcher resubmits")
     parser.add_argument("--train-entry", default=Options.train_entry, metavar="MODULE:FUNCTION",
                         help="what a training job calls with its run dir (default %(default)s; "
-                             "orchestrator.cluster.jobs:probe_train exercises the machinery in seconds)")
+                             "orchestrator.jobs:probe_train exercises the machinery in seconds)")
     parser.add_argument("--eval-entry", default=Options.eval_entry, metavar="MODULE:FUNCTION",
                         help="what an evaluation job calls with its run dir (default %(default)s)")
     add_watch_arguments(parser)

@@ -11,7 +11,7 @@ fsync + rename, never SQLite on NFS):
 A record:
 
     {"version": 1, "run_key": "...", "sweep": "smoke", "name": "k1-reward-s0", "axes": {...}, "run_dir": "/abs",
-     "code": "<sweep_dir>/code/<hash>", "entries": {"train": "orchestrator.cluster.jobs:train_job", "eval": "..."},
+     "code": "<sweep_dir>/code/<hash>", "entries": {"train": "orchestrator.jobs:train_job", "eval": "..."},
      "params": {"train": {<sbatch parameters>}, "eval": {...}},
      "jobs": [{"kind": "train", "attempt": 1, "name": "smoke-train-1a2b3c4d5e", "job_id": "123_4" | null,
                "array_index": 4, "after": null | "<train job id>", "intent_at": t, "submitted_at": t | null,
@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from contextlib import contextmanager
 from pathlib import Path
 
-from orchestrator.cluster.query import TERMINAL, JobRow
+from orchestrator.cluster.query import JobRow
 from record.errors import UserError
 from record.rundir import atomic_write
 
@@ -331,6 +331,3 @@ def _stale(path: Path, stale_s: float) -> bool:
             pass
     return time.time() - float(holder.get("at", 0)) > stale_s
 
-
-__all__ = ["Ledger", "TERMINAL", "add_attempt", "apply_rows", "cell_status", "finish", "latest", "matches", "note",
-           "new_record", "resolve", "to_poll", "unresolved"]

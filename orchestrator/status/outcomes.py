@@ -2,9 +2,9 @@
 each run directory (status.py does the reading and the printing).
 
 The contract with the writers (tested across the seam in tests/integration/test_status_seam.py):
-- `<run_dir>/eval_result.json` (orchestrator/cluster/jobs.py `run_eval`) is `{"result": <eval.run.evaluate()'s
+- `<run_dir>/eval_result.json` (orchestrator/cluster/entry.py `run_eval`) is `{"result": <eval.run.evaluate()'s
   summary>}`; the metrics sit under `result["tasks"][<task>]["metrics"]`, keyed as record/keys.py `eval_metric_keys`
-  names them (`eval/<task>/mean_at_<k>`, ...). The probe evaluation (orchestrator/cluster/jobs.py) puts `eval/...` keys
+  names them (`eval/<task>/mean_at_<k>`, ...). The probe evaluation (orchestrator/jobs.py) puts `eval/...` keys
   at the top of `result`; both are read.
 - `<run_dir>/verdict.json` (trainer/collapse.py `write_verdict`) is `{"verdict", "step", "reason", "findings"}`.
 

@@ -2,8 +2,8 @@
 127.0.0.1 only, behind a password (libpq reads it from `<data dir>/pgpass`, never from a command line).
 
 PostgreSQL refuses to run as root: as root the cluster belongs to Debian's `postgres` user and every pg_ctl
-runs through `runuser`; as anyone else it belongs to that user. No mlflow here (record/tracker.py is
-the only module that imports it).
+runs through `runuser`; as anyone else it belongs to that user. No mlflow here (it is imported only under
+record/).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+import psycopg2
 
 from record.errors import UserError
 
@@ -179,8 +181,6 @@ class Postgres:
         self.create_database()
 
     def create_database(self, name: str = DB) -> None:
-        import psycopg2  # noqa: PLC0415 (psycopg2: only on the server's host)
-
         conn = psycopg2.connect(host="127.0.0.1", port=self.port, user=DB, dbname="postgres",
                                 passfile=str(self.passfile), connect_timeout=10)
         try:

@@ -22,7 +22,7 @@ import contextlib
 import time
 from dataclasses import dataclass
 
-from orchestrator.cluster.jobs import PREEMPTED_EXIT
+from orchestrator.cluster.entry import PREEMPTED_EXIT
 from orchestrator.cluster.query import SlurmError
 from orchestrator.launch.intents import submit_jobs
 from orchestrator.launch.ledger import (

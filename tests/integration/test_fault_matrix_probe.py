@@ -1,5 +1,5 @@
 """The fault matrix's cheap rows (docs/reliability.md), in CI: faults of the orchestrator's own decisions, played
-out in seconds by the probe job (orchestrator.cluster.jobs:probe_train: counts to N, one checkpoint per step).
+out in seconds by the probe job (orchestrator.jobs:probe_train: counts to N, one checkpoint per step).
 A probe logs no metrics, so these rows measure jobs and decisions; the rows with metrics train for real
 (tests/integration/test_fault_matrix.py).
 """

@@ -24,8 +24,8 @@ from tests.support.mlflow_server import MlflowServer
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
-PROBE = ["--train-entry", "orchestrator.cluster.jobs:probe_train",
-         "--eval-entry", "orchestrator.cluster.jobs:probe_eval"]
+PROBE = ["--train-entry", "orchestrator.jobs:probe_train",
+         "--eval-entry", "orchestrator.jobs:probe_eval"]
 EVAL = {"k1-reward-s0": {"tiny": 0.31, "tiny_ood": 0.12}, "k3-loss-s0": {"tiny": 0.52, "tiny_ood": 0.16}}
 BROWSER = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -17,8 +17,8 @@ from record.tracker_sweep import metric_histories
 from trainer.collapse import CollapseMonitor
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = ["--train-entry", "orchestrator.cluster.jobs:probe_train",
-         "--eval-entry", "orchestrator.cluster.jobs:probe_eval"]
+PROBE = ["--train-entry", "orchestrator.jobs:probe_train",
+         "--eval-entry", "orchestrator.jobs:probe_eval"]
 STEPS = 12
 
 

@@ -1,6 +1,6 @@
 """Submission, chained evaluation, the ledger and automatic resumption, on the real local Slurm cluster.
 
-Everything goes through submitit, sbatch, sacct and scancel. The jobs run `orchestrator.cluster.jobs:probe_train`
+Everything goes through submitit, sbatch, sacct and scancel. The jobs run `orchestrator.jobs:probe_train`
 (counts to N, one checkpoint per step, from the cell's code snapshot) so faults play out in seconds; one cell trains the
 tiny model for real on two ranks. Each test uses its own sweep name and cancels whatever it leaves in the queue.
 """
@@ -30,8 +30,8 @@ from tests.support.fault_row import probe_row
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = Options(executor="slurm", train_entry="orchestrator.cluster.jobs:probe_train",
-                eval_entry="orchestrator.cluster.jobs:probe_eval")
+PROBE = Options(executor="slurm", train_entry="orchestrator.jobs:probe_train",
+                eval_entry="orchestrator.jobs:probe_eval")
 SMALL = ["sweep.slurm.overrides.cpus_per_task=1", "sweep.slurm.overrides.mem_gb=0.5",
          "sweep.slurm.overrides.eval.cpus_per_task=1", "sweep.slurm.overrides.eval.mem_gb=0.5",
          "sweep.slurm.overrides.array_parallelism=2"]
@@ -141,8 +141,8 @@ from orchestrator.sweep.expand import load_sweep
 from orchestrator.launch.submit import launch
 sweep_dir, when = Path(sys.argv[1]), sys.argv[2]
 sweep = load_sweep(sys.argv[3], sys.argv[4:])
-options = Options(executor="slurm", train_entry="orchestrator.cluster.jobs:probe_train",
-                  eval_entry="orchestrator.cluster.jobs:probe_eval")
+options = Options(executor="slurm", train_entry="orchestrator.jobs:probe_train",
+                  eval_entry="orchestrator.jobs:probe_eval")
 real = SlurmBackend.submit
 def submit(self, kind, *args, **kwargs):
     if when == "before":
@@ -230,7 +230,7 @@ def test_a_training_job_whose_node_goes_down_is_resubmitted_and_resumes(make, sl
 def test_one_real_cell_trains_the_tiny_model_on_two_ranks_and_is_evaluated(make):
     sweep, sweep_dir = make([], overrides=["optim.steps=2", "sweep.slurm.overrides.tasks_per_node=2",
                                            "sweep.slurm.overrides.mem_gb=2"])
-    options = Options(executor="slurm", eval_entry="orchestrator.cluster.jobs:probe_eval")  # the real train_job
+    options = Options(executor="slurm", eval_entry="orchestrator.jobs:probe_eval")  # the real train_job
     cell = sweep.cells[0]
     launch(replace(sweep, cells=(cell,)), sweep_dir, SlurmBackend(sweep_dir, options), options)  # one cell of two
     record = follow(sweep_dir, max_retries=0, timeout_s=400, options=options)[cell.run_key]

@@ -20,8 +20,8 @@ from orchestrator.sweep.expand import load_sweep
 from tests.support.slurm_queue import cancel_named
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = ["--train-entry", "orchestrator.cluster.jobs:probe_train",
-         "--eval-entry", "orchestrator.cluster.jobs:probe_eval"]
+PROBE = ["--train-entry", "orchestrator.jobs:probe_train",
+         "--eval-entry", "orchestrator.jobs:probe_eval"]
 SMALL = ["sweep.slurm.overrides.cpus_per_task=1", "sweep.slurm.overrides.mem_gb=0.5",
          "sweep.slurm.overrides.eval.cpus_per_task=1", "sweep.slurm.overrides.eval.mem_gb=0.5",
          "sweep.slurm.overrides.array_parallelism=2"]

@@ -23,8 +23,8 @@ from tests.support.slurm_queue import cancel_named
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = ["--train-entry", "orchestrator.cluster.jobs:probe_train",
-         "--eval-entry", "orchestrator.cluster.jobs:probe_eval"]
+PROBE = ["--train-entry", "orchestrator.jobs:probe_train",
+         "--eval-entry", "orchestrator.jobs:probe_eval"]
 # Two ranks of one CPU each: the training takes every CPU of partition `local` (the machine's), the deadlock case
 # a watcher in that partition would cause.
 TWO_RANKS = ["sweep.slurm.overrides.tasks_per_node=2", "sweep.slurm.overrides.cpus_per_task=1",

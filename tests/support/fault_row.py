@@ -105,7 +105,7 @@ def decisions(record: dict) -> str:
 
 
 def probe_row(rid: str, fault: str, injected: str, record: dict, since: float, finished: str, seconds: float) -> Row:
-    """The row of a probe cell (orchestrator.cluster.jobs:probe_train logs no metrics): jobs and decisions only."""
+    """The row of a probe cell (orchestrator.jobs:probe_train logs no metrics): jobs and decisions only."""
     jobs, _ = job_counts([record], since)
     latest = Path(record["run_dir"]) / "checkpoints" / "latest.json"
     step = json.loads(latest.read_text())["step"] if latest.exists() else "none"

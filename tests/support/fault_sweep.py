@@ -29,11 +29,11 @@ from orchestrator.watch.watcher import Watcher
 from tests.support.slurm_queue import cancel_named
 
 REPO = Path(__file__).resolve().parents[2]
-PROBE = Options(executor="slurm", train_entry="orchestrator.cluster.jobs:probe_train",
-                eval_entry="orchestrator.cluster.jobs:probe_eval")
-# The real training job (orchestrator.cluster.jobs:train_job: the tiny model under DeepSpeed ZeRO-3), a stand-in
+PROBE = Options(executor="slurm", train_entry="orchestrator.jobs:probe_train",
+                eval_entry="orchestrator.jobs:probe_eval")
+# The real training job (orchestrator.jobs:train_job: the tiny model under DeepSpeed ZeRO-3), a stand-in
 # evaluation.
-REAL = Options(executor="slurm", eval_entry="orchestrator.cluster.jobs:probe_eval")
+REAL = Options(executor="slurm", eval_entry="orchestrator.jobs:probe_eval")
 SMALL = ["sweep.slurm.overrides.cpus_per_task=1", "sweep.slurm.overrides.mem_gb=2",
          "sweep.slurm.overrides.eval.cpus_per_task=1", "sweep.slurm.overrides.eval.mem_gb=0.5"]
 # The cell every real-training row runs: 8 steps, a checkpoint every 2 (two kept), lr high enough to move the policy.

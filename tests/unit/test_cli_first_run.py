@@ -15,8 +15,8 @@ from record.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = str(REPO / "sweeps" / "smoke.yaml")
-PROBES = ["--train-entry", "orchestrator.cluster.jobs:probe_train",
-          "--eval-entry", "orchestrator.cluster.jobs:probe_eval"]
+PROBES = ["--train-entry", "orchestrator.jobs:probe_train",
+          "--eval-entry", "orchestrator.jobs:probe_eval"]
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:

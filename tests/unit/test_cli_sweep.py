@@ -89,8 +89,8 @@ def test_sweep_without_dry_run_writes_run_dirs_and_follows_the_local_executor(tm
     functions standing in for training and evaluation."""
     monkeypatch.chdir(tmp_path)
     rc = main(["sweep", str(SWEEPS / "smoke.yaml"), "optim.steps=2", "--executor", "local",
-               "--train-entry", "orchestrator.cluster.jobs:probe_train",
-               "--eval-entry", "orchestrator.cluster.jobs:probe_eval",
+               "--train-entry", "orchestrator.jobs:probe_train",
+               "--eval-entry", "orchestrator.jobs:probe_eval",
                "--poll", "1"])
     captured = capsys.readouterr()
     assert rc == 0, captured.err

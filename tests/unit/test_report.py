@@ -1,6 +1,6 @@
 """`orchestrate report`'s pure parts (orchestrator/report/paper.py) and the command over a small sweep directory whose
 files come from the real writers: the ledger's records (orchestrator/launch/ledger.py), the collapse monitor's verdict
-and checkpoint history (trainer/collapse.py), eval_result.json as orchestrator/cluster/jobs.py writes it."""
+and checkpoint history (trainer/collapse.py), eval_result.json as orchestrator/jobs.py writes it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from orchestrator.cli import main
-from orchestrator.cluster.jobs import write_json
+from orchestrator.cluster.entry import write_json
 from orchestrator.launch import ledger as L
 from orchestrator.report import paper
 from orchestrator.status import cells

@@ -22,7 +22,7 @@ WORD = r"[\w./@-]+"  # what a line break must not split: names, keys, numbers
 
 
 def eval_result(shift: float = 0.0, k: int = 4) -> dict:
-    """eval_result.json as orchestrator/cluster/jobs.py run_eval writes it around eval.run.evaluate()'s summary."""
+    """eval_result.json as orchestrator/jobs.py run_eval writes it around eval.run.evaluate()'s summary."""
     tasks = {t: {"status": "evaluated", "metrics": {f"eval/{t}/mean_at_{k}": v + shift, f"eval/{t}/pass_at_1": v}}
              for t, v in TASKS.items()}
     return {"result": {"target": "/r", "run_key": "k", "step": 4, "settings": {"k": k}, "tasks": tasks,

@@ -42,7 +42,7 @@ def sweep(tmp_path, monkeypatch):
 
 
 def open_cell(sweep, cell) -> MlflowTracker:
-    """The training job's tracker, opened by the trainer's own `_open_tracker` as orchestrator/cluster/jobs.py calls
+    """The training job's tracker, opened by the trainer's own `_open_tracker` as orchestrator/jobs.py calls
     it."""
     from trainer.train import RunContext, _open_tracker, objective_manifest
 

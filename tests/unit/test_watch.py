@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.cluster.jobs import PREEMPTED_EXIT
+from orchestrator.cluster.entry import PREEMPTED_EXIT
 from orchestrator.launch import ledger as L
 from orchestrator.launch.ledger import Ledger
 from orchestrator.launch.plan import triage

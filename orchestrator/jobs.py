@@ -1,9 +1,7 @@
-"""What a Slurm (or local) job runs: `train_job(run_dir)` and `eval_job(run_dir)`, imported from the code snapshot.
-
-submitit pickles `submit.TrainJob(entry)` / `submit.EvalJob(entry)` (the callables, there because submit.py is the
-only module that imports submitit); on the node they import the entry named here ("orchestrator.cluster.jobs:train_job")
-from `<sweep_dir>/code/<hash>/` (PYTHONPATH set by the job's setup lines, PYTHONSAFEPATH keeps the working
-directory off sys.path), so editing the working tree never changes a queued job.
+"""What a Slurm (or local) job runs on its node: `train_job(run_dir)` and `eval_job(run_dir)`, named by the entry
+strings a sweep records ("orchestrator.jobs:train_job") and imported from the sweep's code snapshot
+(orchestrator/cluster/entry.py calls them). The compute node's side of the orchestrator, as cli.py is the login
+node's: it may import anything below it.
 
 `probe_train` / `probe_eval` are a tiny checkpointing job with the same contract (count to N, one checkpoint per
 step): what the integration tests and the benchmark submit to exercise the machinery in seconds.
@@ -11,65 +9,17 @@ step): what the integration tests and the benchmark submit to exercise the machi
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import yaml
 
+from orchestrator.cluster.entry import PREEMPTED_EXIT, code_dir, write_json
 from orchestrator.launch.ledger import Ledger
-from record.rundir import RunDir, atomic_write, tag_for
+from record.rundir import RunDir, tag_for
 from trainer.config import RunConfig
-from trainer.progress import quiet_third_party
-
-TRAIN_ENTRY = "orchestrator.cluster.jobs:train_job"
-# A training job stopped by the warning signal exits with this (EX_TEMPFAIL) when Slurm did not requeue it (a
-# --no-requeue job): never COMPLETED half-trained; the watcher resubmits it like a preemption.
-PREEMPTED_EXIT = 75
-EVAL_ENTRY = "orchestrator.cluster.jobs:eval_job"
-
-
-def resolve_entry(entry: str):
-    module, _, name = entry.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def write_json(path: Path, data: dict) -> None:
-    atomic_write(path, json.dumps(data, indent=1, default=str))
-
-
-def run_train(entry: str, run_dir: str):
-    return resolve_entry(entry)(Path(run_dir))
-
-
-def run_eval(entry: str, run_dir: str):
-    """Evaluate, and keep the result beside the run (what `orchestrate status` shows)."""
-    quiet_job_log()
-    result = resolve_entry(entry)(Path(run_dir))
-    if is_rank0():
-        write_json(RunDir(run_dir).eval_result, {"result": result, "code": code_dir(), "at": time.time()})
-    return result
-
-
-def quiet_job_log() -> None:
-    """An evaluation job's log without the training job's known noise (trainer/progress.py). Progress bars stay
-    (vLLM needs its bar's timing); `orchestrate logs` shows each at its last state. On a terminal, nothing changes."""
-    if sys.stdout.isatty():
-        return
-
-    quiet_third_party()
-
-
-def code_dir() -> str:
-    """The code this job runs: the snapshot directory on a node, the working tree elsewhere."""
-    return str(Path(__file__).resolve().parents[2])
-
-
-def is_rank0() -> bool:
-    return os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0")) == "0"
 
 
 def train_job(run_dir: Path) -> dict:

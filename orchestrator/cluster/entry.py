@@ -1,0 +1,73 @@
+"""How a Slurm (or local) job calls its entry: "module:function" resolved in the job's own interpreter, which puts
+the code snapshot first on its path, then called with the run dir; an evaluation's result is kept beside the run.
+The entries themselves (`train_job`, `eval_job`, the probes) are orchestrator/jobs.py.
+
+submitit pickles `TrainJob(entry)` / `EvalJob(entry)` (orchestrator/cluster/executor.py, the only module that imports
+submitit); on the node they import the entry named here ("orchestrator.jobs:train_job") from
+`<sweep_dir>/code/<hash>/` (PYTHONPATH set by the job's setup lines, PYTHONSAFEPATH keeps the working directory off
+sys.path), so editing the working tree never changes a queued job.
+
+`probe_train` / `probe_eval` are a tiny checkpointing job with the same contract (count to N, one checkpoint per
+step): what the integration tests and the benchmark submit to exercise the machinery in seconds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from record.rundir import RunDir, atomic_write
+from trainer.progress import quiet_third_party
+
+TRAIN_ENTRY = "orchestrator.jobs:train_job"
+# A training job stopped by the warning signal exits with this (EX_TEMPFAIL) when Slurm did not requeue it (a
+# --no-requeue job): never COMPLETED half-trained; the watcher resubmits it like a preemption.
+PREEMPTED_EXIT = 75
+EVAL_ENTRY = "orchestrator.jobs:eval_job"
+
+
+def resolve_entry(entry: str):
+    module, _, name = entry.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def write_json(path: Path, data: dict) -> None:
+    atomic_write(path, json.dumps(data, indent=1, default=str))
+
+
+def run_train(entry: str, run_dir: str):
+    return resolve_entry(entry)(Path(run_dir))
+
+
+def run_eval(entry: str, run_dir: str):
+    """Evaluate, and keep the result beside the run (what `orchestrate status` shows)."""
+    quiet_job_log()
+    result = resolve_entry(entry)(Path(run_dir))
+    if is_rank0():
+        write_json(RunDir(run_dir).eval_result, {"result": result, "code": code_dir(), "at": time.time()})
+    return result
+
+
+def quiet_job_log() -> None:
+    """An evaluation job's log without the training job's known noise (trainer/progress.py). Progress bars stay
+    (vLLM needs its bar's timing); `orchestrate logs` shows each at its last state. On a terminal, nothing changes."""
+    if sys.stdout.isatty():
+        return
+
+    quiet_third_party()
+
+
+def code_dir() -> str:
+    """The code this job runs: the snapshot directory on a node, the working tree elsewhere (this file is
+    <code>/orchestrator/cluster/entry.py)."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+def is_rank0() -> bool:
+    return os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0")) == "0"
+
+
