@@ -1,5 +1,6 @@
-"""Slurm and the local executor: the profile and the values allowed into an sbatch script, sacct/squeue/scancel,
-submitit's two backends (the only place submitit is imported), the code snapshot a job runs, and the job entry
-points (`jobs.py`: what a training or evaluation job calls on the node). Knows nothing of ledgers or plans beyond
-the types it renders; the decisions are launch/'s and watch/'s.
+"""Slurm and the local executor: the profile and the values allowed into an sbatch script (`profile.py`,
+`sbatch_values.py`), sacct/squeue/scancel (`query.py`), submitit's two backends and the sbatch script of an array
+(`executor.py`, the only module that imports submitit), the code snapshot a job runs (`snapshot.py`) and how a job
+calls its entry (`entry.py`). First in the flow: it imports nothing else of the orchestrator (the plan and the
+sweep it renders are types only); what to submit and when is launch/'s and watch/'s to decide.
 """
