@@ -1,4 +1,4 @@
-"""`orchestrate report`'s content: pure functions from status's rows (orchestrator/status/cells.py `rows`), each
+"""`orchestrate report`'s content: pure functions from status's rows (orchestrator/status/cells.py `cell_rows`), each
 cell's KL settings and its metric histories, to the report's tables and a document rendered as Markdown or HTML.
 The figures are drawn by orchestrator/report/plots.py; orchestrator/commands/report.py reads and writes.
 

@@ -1,4 +1,5 @@
-"""Before a sweep submits anything: can its jobs' tracking stores be reached? (No mlflow import: plain HTTP.)
+"""Before a sweep submits anything: can its jobs' tracking stores be reached? (Plain HTTP; mlflow only to give a
+fresh SQLite store its schema, through record/tracker.py.)
 
 A job whose server is down does not fail (it buffers, record/tracker_buffer.py), so a wrong URI would
 only show hours later as runs missing from the UI. Checking at submission costs one request per store.
