@@ -275,10 +275,10 @@ def watcher_params(profile: SlurmProfile) -> dict:
 
 def submit_watcher(fn, sweep_dir: Path, kwargs: dict, params: dict, code: str, dependency: str | None = None,
                    signal_delay_s: int = 10) -> str:
-    """The watcher as a small Slurm job of its own (`fn(sweep_dir, **kwargs)`: watcher_job.watch_job), named
-    `<sweep>-watcher`, one CPU; returns its job id. It hands over to its successor before its limit by itself, so
-    the warning signal comes late (`signal_delay_s`). Slurm may requeue it (a node failure): it comes back as itself.
-    Its logs go with the sweep's."""
+    """The watcher as a small Slurm job of its own (`fn(sweep_dir, **kwargs)`: orchestrator/watch/job.py
+    `watch_job`), named `<sweep>-watcher`, one CPU; returns its job id. It hands over to its successor before its
+    limit by itself, so the warning signal comes late (`signal_delay_s`). Slurm may requeue it (a node failure): it
+    comes back as itself. Its logs go with the sweep's."""
     ex = submitit.SlurmExecutor(folder=Path(sweep_dir).absolute() / "slurm" / "%j", max_num_timeout=0)
     ex.update_parameters(**params, job_name=watcher_name(sweep_dir), setup=setup_lines(code),
                          dependency=dependency, nodes=1, ntasks_per_node=1, cpus_per_task=1,

@@ -23,11 +23,10 @@ A record:
                       "reason": "...", "at": t},
      "decisions": [{"at": t, "action": "submit" | "resubmit" | "give_up" | ..., "reason": "..."}, ...]}
 
-Times are epoch seconds. An attempt is written as INTENT (with its job name) before sbatch and gets its job id
-after: an orchestrator killed in between leaves an intent that the next one resolves by job name
-(`slurm_query.find_by_names`) instead of submitting a duplicate. Slurm reuses job ids (after a controller reset,
-at the id wrap), so a sacct row updates an attempt only if its job name and submit time match (`matches`).
-"""
+Times are epoch seconds. An attempt is written as INTENT (with its job name) before sbatch and gets its job id after: an
+orchestrator killed in between leaves an intent that the next one resolves by job name (orchestrator/cluster/query.py
+`find_by_names`) instead of submitting a duplicate. Slurm reuses job ids (after a controller reset, at the id wrap), so
+a sacct row updates an attempt only if its job name and submit time match (`matches`)."""
 
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ class Postgres:
             return
         port_free_or_fail(self.port, "127.0.0.1", "PostgreSQL", "--pg-port")
         # Only TCP on loopback: a socket in /var/run/postgresql is not writable by a plain user. Connections:
-        # each server worker may hold MAX_CONNECTIONS_PER_WORKER (tracking_server.py), 8 workers at most.
+        # each server worker may hold MAX_CONNECTIONS_PER_WORKER (orchestrator/tracking/server.py), 8 workers at most.
         (self.pgdata / "comedy.conf").write_text("listen_addresses = '127.0.0.1'\nunix_socket_directories = ''\n"
                                                  f"max_connections = {8 * MAX_CONNECTIONS_PER_WORKER + 20}\n")
         shutil.chown(self.pgdata / "comedy.conf", self.user)
