@@ -130,11 +130,11 @@ def manifest_params(sweep_dir: Path, record: dict) -> dict:
 
 
 class Starter:
-    """Starts the sweep's watcher job from inside `launch` (orchestrator/launch/submit.py), under the sweep's lock: `ids()` go into the
-    launch's one sacct, and the call decides with Slurm's answer (orchestrator/status/watcher.py `should_start`) and
-    submits at most one, before the cells' sbatch: where the watcher partition shares nodes with the training one and
-    has no higher PriorityTier, a job submitted later waits until every earlier pending one has started. Returns what it
-    did, in words."""
+    """Starts the sweep's watcher job from inside `launch` (orchestrator/launch/submit.py), under the sweep's lock:
+    `ids()` go into the launch's one sacct, and the call decides with Slurm's answer (orchestrator/status/watcher.py
+    `should_start`) and submits at most one, before the cells' sbatch: where the watcher partition shares nodes with
+    the training one and has no higher PriorityTier, a job submitted later waits until every earlier pending one has
+    started. Returns what it did, in words."""
 
     def __init__(self, sweep_dir: Path, params: dict, max_retries: int, poll_s: float, time_min: int,
                  by: str = "orchestrate sweep"):
