@@ -7,7 +7,6 @@ from pathlib import Path
 
 from rich.table import Table
 
-from eval.run import evaluate
 from orchestrator.console import console
 
 EXAMPLES = """examples:
@@ -50,6 +49,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    from eval.run import evaluate  # noqa: PLC0415 (lm-eval, torch: seconds, not for `orchestrate --help`)
+
     out = console()
     summary = evaluate(args.target, tasks=args.tasks, step=args.step, force=args.force, limit=args.limit, k=args.k,
                        seeds=args.seeds, backend=args.backend, max_tokens=args.max_tokens,

@@ -1,10 +1,8 @@
 """The baselines' jobs (orchestrator/sweep/baselines.py): one evaluation each, nothing trained, submitted once.
 
-Their records live in a ledger of their own, `<sweep dir>/baselines/ledger/<key>.json` (orchestrator/launch/ledger.py's
-format, evaluation attempts only), beside their run dirs, so the cells' watcher and status never take a baseline for a
-cell. Submitting is the cells' intent protocol (orchestrator/launch/intents.py `submit_jobs(..., kinds=("eval",))`:
-intents, then one sbatch for all of them as an array, then the job ids), under the sweep's lock, and idempotent like the
-cells':
+Their records live in a ledger of their own beside their run dirs (orchestrator/launch/baseline_ledger.py). Submitting
+is the cells' intent protocol (orchestrator/launch/intents.py `submit_jobs(..., kinds=("eval",))`: intents, then one
+sbatch for all of them as an array, then the job ids), under the sweep's lock, and idempotent like the cells':
 
 - never submitted, or LOST / VANISHED / ended by the infrastructure (node failure, preemption, time limit) -> submit
 - live or COMPLETED -> kept
@@ -21,28 +19,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.cluster.profile import resources_params
+from orchestrator.launch.baseline_ledger import baseline_ledger, baseline_state, sweep_baselines_dir
 from orchestrator.launch.intents import submit_jobs
 from orchestrator.launch.ledger import LIVE, Ledger, attempts, finish, latest, new_record, note
 from orchestrator.launch.reconcile import refresh, settle_intents
-from orchestrator.sweep.baselines import DIR, sweep_baselines_dir
 
 if TYPE_CHECKING:  # a type only: submitting goes through the backend the caller built
     from orchestrator.cluster.executor import Options
 
 AGAIN = frozenset({"LOST", "VANISHED", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "TIMEOUT"})  # not the run's fault
-
-
-def baseline_ledger(sweep_dir: Path) -> Ledger:
-    return Ledger(Path(sweep_dir) / DIR)
-
-
-def baseline_state(record: dict) -> str:
-    """planned, submitting, pending, evaluating, done, or the job's state (failed, ...)."""
-    ev = latest(record, "eval")
-    if ev is None or ev["state"] == "LOST":
-        return "planned"
-    return {"INTENT": "submitting", "SUBMITTED": "pending", "PENDING": "pending", "RUNNING": "evaluating",
-            "COMPLETED": "done"}.get(ev["state"], ev["state"].lower())
 
 
 def triage_baselines(records: dict[str, dict], keys: list[str], retry_failed: bool = False):

@@ -19,8 +19,9 @@ import tomllib
 import yaml
 
 from orchestrator.cluster.snapshot import REPO
+from orchestrator.launch.baseline_ledger import sweep_baselines_dir
 from orchestrator.launch.plan import Plan
-from orchestrator.sweep.baselines import identity, sweep_baselines_dir
+from orchestrator.sweep.baselines import identity
 from orchestrator.sweep.expand import Sweep
 from record.errors import ConfigError, UserError
 from record.identity import run_key

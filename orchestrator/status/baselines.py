@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.cluster.query import SlurmError, available, sacct
-from orchestrator.launch.baselines import baseline_ledger, baseline_state
+from orchestrator.launch.baseline_ledger import baseline_ledger, baseline_state
 from orchestrator.launch.ledger import apply_slurm_states, attempts, latest, to_poll
 from orchestrator.status.outcomes import eval_metrics
 from record.errors import UserError

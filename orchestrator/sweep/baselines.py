@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from orchestrator.sweep.config_tree import edit, has_interpolation
@@ -28,8 +27,6 @@ from record.errors import ConfigError
 from record.identity import canonical_json, format_value
 from trainer.config import RunConfig
 
-# <sweep dir>/baselines/: the baselines' run dirs and their ledger (orchestrator/launch/baselines.py)
-DIR = "baselines"
 HASH_HEX = 8
 
 
@@ -53,10 +50,6 @@ class Baseline:
         return {"key": self.key, "name": self.name, "model": self.model,
                 "name_or_path": self.config.model.name_or_path, "chat_template": self.config.eval.chat_template,
                 "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in self.settings}}
-
-
-def sweep_baselines_dir(sweep_dir: Path) -> Path:
-    return Path(sweep_dir) / DIR
 
 
 def identity(config: RunConfig) -> str:
