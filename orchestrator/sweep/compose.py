@@ -1,0 +1,106 @@
+"""Reading a sweep file and composing it with Hydra: the YAML read with every failure as one line, the override
+syntax parsed, and Hydra's compose API over the sweep file's directory, its `conf/` and the shipped config groups
+(`sweeps/conf/`), each composition cached. What orchestrator/sweep/expand.py expands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.types import Override
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+
+from orchestrator.cluster.snapshot import REPO
+from orchestrator.sweep.spec import _parser
+from record.errors import UserError
+
+SHIPPED_CONF = REPO / "sweeps" / "conf"
+
+
+def read_yaml(path: Path) -> Any:
+    if path.suffix not in (".yaml", ".yml"):
+        raise UserError(f"{path}: a sweep file is YAML (.yaml); see sweeps/ for examples")
+    if not path.is_file():
+        near = sorted(p.name for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
+        hint = f"; sweeps in {path.parent}: {', '.join(near)}" if near else "; check the path"
+        raise UserError(f"{path}: no such file{hint}")
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"{path}: cannot read it ({err})") from None
+    except ValueError as err:  # PyYAML builds an int from its digits: Python refuses more than 4300 of them
+        raise UserError(f"{path}: a number in it is too long to read ({err}); no setting takes a number that "
+                        f"size: fix the value") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        what = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserError(f"{where}: YAML syntax error: {what}; fix the YAML (indentation, quotes, brackets)") \
+            from None
+
+
+def search_dirs(path: Path) -> list[Path]:
+    dirs = [path.parent.resolve(), path.parent.resolve() / "conf", SHIPPED_CONF]
+    return list(dict.fromkeys(d for d in dirs if d.is_dir()))
+
+
+def parse_overrides(overrides: Sequence[str], problems: list[str]) -> list[Override]:
+    parsed = []
+    for text in overrides:
+        try:
+            parsed.append(_parser().parse_override(text))
+        except HydraException as err:
+            first = (str(err).strip().splitlines() or ["syntax error"])[0].split(" expecting {")[0]
+            problems.append(f"override {text!r}: not Hydra override syntax ({first}); "
+                            f"write key=value, e.g. kl.beta=0.2, optim.steps=10, model=tiny, kl.beta=0.1,0.3")
+    return parsed
+
+
+class Composer:
+    """Hydra's compose API over the sweep file's directory plus the config-group directories."""
+
+    def __init__(self, path: Path, dirs: list[Path]):
+        self.path, self.dirs = path, dirs
+        quoted = ",".join("'file://" + str(d).replace("\\", "\\\\").replace("'", "\\'") + "'" for d in dirs[1:])
+        self.searchpath = f"hydra.searchpath=[{quoted}]"
+        self.cache: dict[tuple, dict | str] = {}
+
+    def __enter__(self) -> Composer:
+        self.context = initialize_config_dir(config_dir=str(self.dirs[0]), version_base="1.3")
+        self.context.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.context.__exit__(*exc)
+
+    def compose(self, overrides: list[str]) -> dict | str:
+        """The composed config as plain (unresolved) values, or a one-line problem."""
+        key = tuple(overrides)
+        if key not in self.cache:
+            try:
+                cfg = compose(self.path.stem, overrides=[self.searchpath, *overrides])
+                self.cache[key] = OmegaConf.to_container(cfg, resolve=False)
+            except Exception as err:  # noqa: BLE001 - Hydra raises many kinds for one user mistake
+                self.cache[key] = _hydra_message(self.path, overrides, err)
+        return self.cache[key]
+
+
+def _hydra_message(path: Path, overrides: list[str], err: Exception) -> str:
+    text = str(err).split("\nConfig search path:")[0].strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    out, options = [], []
+    for ln in lines:
+        if out and out[-1].startswith("Available options") and ":" not in ln:
+            options.append(ln)
+        else:
+            out.append(ln)
+    if options:
+        out[-1] = f"valid: {', '.join(options)}"
+    what = "; ".join(out) or type(err).__name__
+    given = f" with {', '.join(overrides)}" if overrides else ""
+    return f"{path}{given}: {what}"
