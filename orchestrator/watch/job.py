@@ -71,21 +71,8 @@ def watch_job(sweep_dir: str, max_retries: int = 3, poll_s: float = DEFAULT_POLL
             poll_s, stop=stop, guard=one_poll)
         if superseded or not settled(records):
             break
-        try:  # settled: close the sweep under the lock, unless a relaunch has added cells meanwhile
-            with ledger.lock("orchestrate watch --as-job (closing)", wait_s=60.0):
-                records = ledger.records()
-                if settled(records):
-                    try:
-                        print(close_parent(records), flush=True)
-                    except Exception as err:  # the MLflow parent is a summary: it never keeps the watcher running
-                        print(f"could not close the sweep's MLflow parent run: {err}", flush=True)
-                    why = "the sweep is settled: " + ", ".join(
-                        f"{n} {s}" for s, n in sorted(Counter(cell_status(r) for r in records.values()).items()))
-                    ws.mark_ended(Path(sweep_dir), me, why, time.time())
-                    print(f"{why}; the watcher ends", flush=True)
-                    return "settled"
-        except SweepBusy as err:
-            print(f"could not close the settled sweep yet: {err}", flush=True)
+        if _close_settled(ledger, Path(sweep_dir), me):
+            return "settled"
     if superseded:
         return f"superseded by {superseded[0]}"
     if terminated:
@@ -96,6 +83,28 @@ def watch_job(sweep_dir: str, max_retries: int = 3, poll_s: float = DEFAULT_POLL
                               dependency=f"afterany:{me}".rstrip(":"), by=f"watcher job {me} (handing over)")
     print(f"handed over to watcher job {successor}", flush=True)
     return successor
+
+
+def _close_settled(ledger: Ledger, sweep_dir: Path, me: str) -> bool:
+    """Close a settled sweep under the lock (its MLflow parent, watcher.json), unless a relaunch has added cells
+    meanwhile or holds the lock; True when closed."""
+    try:
+        with ledger.lock("orchestrate watch --as-job (closing)", wait_s=60.0):
+            records = ledger.records()
+            if not settled(records):
+                return False
+            try:
+                print(close_parent(records), flush=True)
+            except Exception as err:  # the MLflow parent is a summary: it never keeps the watcher running
+                print(f"could not close the sweep's MLflow parent run: {err}", flush=True)
+            why = "the sweep is settled: " + ", ".join(
+                f"{n} {s}" for s, n in sorted(Counter(cell_status(r) for r in records.values()).items()))
+            ws.mark_ended(sweep_dir, me, why, time.time())
+            print(f"{why}; the watcher ends", flush=True)
+            return True
+    except SweepBusy as err:
+        print(f"could not close the settled sweep yet: {err}", flush=True)
+        return False
 
 
 def submit_as_job(sweep_dir: Path, records: dict[str, dict], max_retries: int, poll_s: float, time_min: int,
