@@ -27,6 +27,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -35,6 +36,10 @@ import torch
 from trainer import tiny_task
 from trainer.rewards import tiny_reward
 
+# transformers (seconds to import) is imported inside the functions that build the model: `orchestrate sweep`
+# imports this module on the login node only to find a cached build (TinyModelConfig, cache_root).
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total): how far a build is
 BUILD_VERSION = 3  # bump when the recipe below changes what a given config builds
 SPECIAL_TOKENS = ("<|pad|>", "<|end|>", "<|system|>", "<|user|>", "<|assistant|>")
 PAD, EOS = SPECIAL_TOKENS[:2]
@@ -107,8 +112,10 @@ def cache_root() -> Path:
     return Path(env) / "tiny-model" if env else Path(__file__).resolve().parents[1] / ".cache" / "tiny-model"
 
 
-def ensure_tiny_model(config: TinyModelConfig | None = None, root: str | Path | None = None) -> Path:
-    """The directory of the tiny model for `config`, built (about 3 minutes on one CPU core) only when missing.
+def ensure_tiny_model(config: TinyModelConfig | None = None, root: str | Path | None = None,
+                      progress: Progress | None = None) -> Path:
+    """The directory of the tiny model for `config`, built (about 3 minutes on one CPU core) only when missing;
+    `progress` hears how far the build is (else it prints to the log).
 
     Concurrent callers may each build; the first rename wins and the others discard their copy.
     """
@@ -120,7 +127,7 @@ def ensure_tiny_model(config: TinyModelConfig | None = None, root: str | Path | 
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{config.key()}.", dir=root))
     try:
-        build_tiny_model(config, tmp)
+        build_tiny_model(config, tmp, progress)
         os.rename(tmp, final)
     except OSError:
         if not (final / "build.json").is_file():
@@ -146,7 +153,7 @@ def build_tokenizer():
     qwen2 checkpoint as a Qwen2Tokenizer from the saved vocab and merges, discarding a custom pipeline, so only
     this form loads back exactly as it was trained (a character-level WordLevel tokenizer lost every space).
     """
-    from transformers import Qwen2Tokenizer
+    from transformers import Qwen2Tokenizer  # noqa: PLC0415 - see the note at the imports
 
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + tuple(_byte_symbols()))}
     tokenizer = Qwen2Tokenizer(vocab=vocab, merges=[], unk_token=None, eos_token=EOS, pad_token=PAD,
@@ -156,7 +163,7 @@ def build_tokenizer():
 
 
 def build_model(config: TinyModelConfig, tokenizer):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: PLC0415 - see the note at the imports
 
     model_config = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,
@@ -199,9 +206,10 @@ class _SFTData:
         return ids, labels
 
 
-def warm_start(model, tokenizer, config: TinyModelConfig, log_every_s: float = 5.0) -> list[float]:
+def warm_start(model, tokenizer, config: TinyModelConfig, log_every_s: float = 5.0,
+               progress: Progress | None = None) -> list[float]:
     """Seeded supervised fine-tuning on `train` from the noisy teacher (loss on the answer tokens only); returns
-    the loss curve."""
+    the loss curve. Each step goes to `progress`; without one, a log line every `log_every_s`."""
     data = _SFTData(config, tokenizer)
     gen = torch.Generator().manual_seed(config.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0, betas=(0.9, 0.98))
@@ -227,7 +235,9 @@ def warm_start(model, tokenizer, config: TinyModelConfig, log_every_s: float = 5
         opt.step()
         sched.step()
         losses.append(loss.item())
-        if time.monotonic() - last_log > log_every_s or step == config.sft_steps - 1:
+        if progress is not None:
+            progress("warm-start steps", step + 1, config.sft_steps)
+        elif time.monotonic() - last_log > log_every_s or step == config.sft_steps - 1:
             last_log = time.monotonic()
             print(f"[tiny-model] sft step {step + 1}/{config.sft_steps} loss {loss.item():.4f} "
                   f"({last_log - start:.0f}s)", flush=True)
@@ -252,18 +262,20 @@ def accuracy(model, tokenizer, examples: list[dict], greedy: bool, seed: int = 0
     return correct / max(1, len(examples))
 
 
-def build_tiny_model(config: TinyModelConfig, out_dir: str | Path) -> dict:
-    """Build tokenizer, model and warm start into `out_dir` (no caching); returns what build.json records."""
-    from transformers import GenerationConfig
+def build_tiny_model(config: TinyModelConfig, out_dir: str | Path, progress: Progress | None = None) -> dict:
+    """Build tokenizer, model and warm start into `out_dir` (no caching); returns what build.json records.
+    `progress` hears each stage (warm-start steps, then each accuracy scored); without one, the log does."""
+    from transformers import GenerationConfig  # noqa: PLC0415 - see the note at the imports
 
     out_dir, start = Path(out_dir), time.monotonic()
     threads_before = torch.get_num_threads()
     torch.set_num_threads(config.threads)  # fixed, because the reduction order (hence the weights) depends on it
     try:
-        print(f"[tiny-model] building {config.key()} into {out_dir}", flush=True)
+        if progress is None:
+            print(f"[tiny-model] building {config.key()} into {out_dir}", flush=True)
         tokenizer = build_tokenizer()
         model = build_model(config, tokenizer)
-        losses = warm_start(model, tokenizer, config)
+        losses = warm_start(model, tokenizer, config, progress=progress)
         model.generation_config = GenerationConfig(
             **GENERATION_DEFAULTS, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
         model.save_pretrained(out_dir)
@@ -272,16 +284,21 @@ def build_tiny_model(config: TinyModelConfig, out_dir: str | Path) -> dict:
                   "parameters": sum(p.numel() for p in model.parameters()),
                   "sft_seconds": round(time.monotonic() - start, 1), "first_loss": losses[0],
                   "final_loss": losses[-1], "accuracy": {}}
-        for split in ("test", "ood") if config.eval_size else ():
+        splits = ("test", "ood") if config.eval_size else ()
+        for split in splits:
             examples = tiny_task.make_split(split, config.eval_size, seed=config.seed)
             for mode in ("greedy", "sampled"):
+                if progress is not None:
+                    progress(f"scoring {split} {mode}", len(record["accuracy"]), 2 * len(splits))
                 acc = accuracy(model, tokenizer, examples, mode == "greedy", config.seed, config.prompt_suffix)
                 record["accuracy"][f"{split}/{mode}"] = acc
-                print(f"[tiny-model] {split} {mode} accuracy {acc:.3f}", flush=True)
+                if progress is None:
+                    print(f"[tiny-model] {split} {mode} accuracy {acc:.3f}", flush=True)
         record["build_seconds"] = round(time.monotonic() - start, 1)
         # Written last: its presence marks a complete build (ensure_tiny_model checks for it).
         (out_dir / "build.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-        print(f"[tiny-model] done in {record['build_seconds']}s", flush=True)
+        if progress is None:
+            print(f"[tiny-model] done in {record['build_seconds']}s", flush=True)
         return record
     finally:
         torch.set_num_threads(threads_before)

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import re
-import sys
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -148,13 +144,11 @@ def wait_for_baselines(sweep: Sweep, sweep_dir, backend, poll: float, timeout: f
     return 0 if all(state == "done" for state in states.values()) else 1
 
 
-SFT_STEP = re.compile(r"\[tiny-model\] sft step (\d+)/(\d+)")
-
-
 def ensure_models(sweep: Sweep, out: Console) -> None:
     """Build the tiny model here, with a progress bar, when a cell trains it and it is missing: otherwise the first
     job builds it (about 3 minutes) and the terminal shows nothing until the job's log does."""
-    from trainer.tiny_model import TinyModelConfig, cache_root, ensure_tiny_model  # noqa: PLC0415 (torch: only when the tiny model must be built)
+    # torch: only when the tiny model must be looked up or built, never for `orchestrate sweep --help`
+    from trainer.tiny_model import TinyModelConfig, cache_root, ensure_tiny_model  # noqa: PLC0415
 
     if not any(c.config.model.is_tiny for c in sweep.cells):
         return
@@ -163,39 +157,18 @@ def ensure_models(sweep: Sweep, out: Console) -> None:
         return
     out.print(f"the tiny model is not in {cache_root()} yet: building it before submitting (once, about 3 min)")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    # The bar's console holds on to the real stdout: the build's own prints are redirected below.
-    bar = Console(file=sys.stdout, highlight=False, markup=False, width=out.width)
-    with Progress(*columns, console=bar, transient=True) as progress:
+    with Progress(*columns, console=out, transient=True) as progress:
         task = progress.add_task("tiny model: warm-start steps", total=config.sft_steps)
-        # The build reports its steps as printed lines (trainer/tiny_model.py): they move the bar.
+
+        def show(stage: str, done: int, total: int) -> None:
+            progress.update(task, description=f"tiny model: {stage}", completed=done, total=total)
+
         try:
-            with contextlib.redirect_stdout(_Lines(lambda line: _advance(progress, task, line))):
-                path = ensure_tiny_model(config)
+            path = ensure_tiny_model(config, progress=show)
         except OSError as err:
             raise UserError(f"cannot build the tiny model in {cache_root()}: {err}; free some space there or set "
                             f"COMEDY_CACHE to a writable directory") from None
     out.print(f"tiny model ready: {path}")
-
-
-def _advance(progress: Progress, task, line: str) -> None:
-    match = SFT_STEP.search(line)
-    if match:
-        progress.update(task, completed=int(match[1]))
-    elif "accuracy" in line:  # after the steps, the build scores the model (build.json)
-        progress.update(task, description=f"scoring the tiny model: {line.removeprefix('[tiny-model] ')}")
-
-
-class _Lines(io.TextIOBase):
-    """A text stream that hands each complete line to `on_line`."""
-
-    def __init__(self, on_line):
-        self.on_line, self.pending = on_line, ""
-
-    def write(self, text: str) -> int:
-        *lines, self.pending = (self.pending + text).split("\n")
-        for line in lines:
-            self.on_line(line)
-        return len(text)
 
 
 def print_plan(console: Console, sweep: Sweep, plan: Plan, rows: int) -> None:

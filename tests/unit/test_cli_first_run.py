@@ -123,7 +123,19 @@ def test_sweep_builds_a_missing_tiny_model_before_submitting(tmp_path, monkeypat
     assert "stopped before submitting" in err, err
     built = list((tmp_path / "cache" / "tiny-model").glob("*/build.json"))
     assert len(built) == 1 and f"tiny model ready: {built[0].parent}" in out
-    assert "[tiny-model] sft step" not in out  # the build's lines move the bar; they are not printed
+    assert "[tiny-model]" not in out + err  # the build reports to the bar through its callback, not as log lines
+
+
+def test_the_tiny_model_build_reports_each_stage_to_its_progress_callback(tmp_path, capsys):
+    """Every warm-start step, then each accuracy scored, reach the callback in order; nothing is printed."""
+    from trainer import tiny_model
+
+    heard = []
+    config = tiny_model.fast_config(sft_steps=4, eval_size=2)
+    tiny_model.ensure_tiny_model(config, tmp_path, progress=lambda *stage: heard.append(stage))
+    assert heard == [*(("warm-start steps", s, 4) for s in range(1, 5)), ("scoring test greedy", 0, 4),
+                     ("scoring test sampled", 1, 4), ("scoring ood greedy", 2, 4), ("scoring ood sampled", 3, 4)]
+    assert "[tiny-model]" not in capsys.readouterr().out
 
 
 def test_dry_run_and_probe_jobs_build_no_model(tmp_path, monkeypatch, capsys):
