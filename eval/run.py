@@ -16,16 +16,27 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from eval import backends, data, outcome, taskfiles
+import lm_eval
+import lm_eval.evaluator
+import torch
+from lm_eval.tasks import TaskManager
+from transformers import AutoTokenizer
+
+from eval import backends, local_data, outcome, taskfiles
 from eval.outcome import Settings
 from eval.target import EvalError, Target, resolve
 from record.rundir import RunDir
 from trainer import vllm_support
+from trainer.config import EvalConfig, RunConfig
+from trainer.export import ExportError, checkpoint_step, export_hf, load_run_config
+from trainer.models import model_path
+from trainer.tiny_task import read_jsonl
 
 
 def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | None = None, force: bool = False,
@@ -35,8 +46,6 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
              out_dir: Path | None = None, runs_root: Path = Path("runs"), engine_args: dict | None = None,
              log: Callable[[str], None] = print) -> dict:
     """Evaluate a run's checkpoint (default: its latest) or a plain model; see the module docstring."""
-    from trainer.config import EvalConfig
-
     target = resolve(run_dir, runs_root)
     cfg = _run_config(target)
     ev = cfg.eval if cfg else EvalConfig()
@@ -46,7 +55,7 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
     # A plain model has no run directory: its evaluation gets one of its own, laid out the same way.
     home = RunDir(target.path if target.has_run_dir else Path(out_dir or runs_root / "eval" / target.run_key))
     root = home.eval_step(step)
-    files = _data_files(tasks, Path(data_dir or data.default_data_dir()), root / "data")
+    files = _data_files(tasks, Path(data_dir or local_data.default_data_dir()), root / "data")
     marks = {t: outcome.marker(root, t, settings, files[t]) for t in tasks}
     pending = [t for t in tasks if force or marks[t] is None]
     summary = {"target": str(target.path), "run_key": target.run_key, "step": step, "settings": settings.record(),
@@ -66,11 +75,9 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
     return summary
 
 
-def _run_config(target: Target):
+def _run_config(target: Target) -> RunConfig | None:
     if not target.has_run_dir:
         return None
-    from trainer.export import ExportError, load_run_config
-
     try:
         return load_run_config(target.path)
     except ExportError as err:
@@ -104,8 +111,6 @@ def _check_tasks(tasks: list[str]) -> list[str]:
 def _step(target: Target, step: int | None) -> int:
     if not target.is_run:
         return 0
-    from trainer.export import ExportError, checkpoint_step
-
     try:
         return checkpoint_step(target.path, step if step is not None else target.step)
     except ExportError as err:
@@ -121,7 +126,7 @@ def _data_files(tasks: list[str], data_dir: Path, scratch: Path) -> dict[str, Pa
         if not path.exists() and name.startswith("tiny_"):
             path = scratch / path.name
             if not path.exists():
-                data.write_rows(scratch, name, data.tiny_rows(name))
+                local_data.write_rows(scratch, name, local_data.tiny_rows(name))
         if not path.exists():
             missing.append(f"{task} needs {path}")
         files[task] = path.resolve()
@@ -131,11 +136,9 @@ def _data_files(tasks: list[str], data_dir: Path, scratch: Path) -> dict[str, Pa
     return files
 
 
-def _model_dir(target: Target, cfg, step: int, log) -> Path:
-    from trainer.export import ExportError, base_model_path, export_hf
-
+def _model_dir(target: Target, cfg: RunConfig | None, step: int, log) -> Path:
     if target.kind == "baseline":  # the base model itself: the tiny model's build, or the hub name / path given
-        return Path(base_model_path(cfg))
+        return Path(model_path(cfg))
     if not target.is_run:
         return target.path
 
@@ -162,11 +165,6 @@ def _generation_kwargs(model_dir: Path, settings: Settings, tokenizer) -> dict:
 
 def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, log) -> dict[str, dict[int, dict]]:
     """task -> seed -> lm-eval metrics; one simple_evaluate per seed over the tasks that still need that seed."""
-    import lm_eval
-    import lm_eval.evaluator
-    from lm_eval.tasks import TaskManager
-    from transformers import AutoTokenizer
-
     # lm-eval records `git describe` of the working directory and lets git print "fatal: not a git repository"
     # when that is not a checkout (a model evaluated from anywhere); ours asks quietly and records "unknown".
     lm_eval.evaluator.get_git_commit_hash = quiet_git_hash
@@ -221,18 +219,12 @@ def quiet_git_hash() -> str:
 
 
 def _device() -> str:
-    import torch
-
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _longest_prompt(tokenizer, tasks: list[str], files: dict[str, Path], limit: int | None, chat: bool) -> int:
     """Tokens of the longest prompt the tasks will send (the first `limit` problems of each), built as lm-eval builds
     it: the task's doc_to_text, inside the chat template when that is on."""
-    import importlib
-
-    from trainer.tiny_task import read_jsonl
-
     utils = importlib.import_module("eval.tasks.utils")  # the task files' own prompt functions
     texts = []
     for task in tasks:

@@ -1,6 +1,6 @@
 """What `orchestrate eval X` evaluates: X is a run directory, a run_key, a checkpoint or export directory of a run, a
 sweep's baseline directory (a base model evaluated within the sweep: its `baseline.json`,
-orchestrator/baselines/declare.py), or a plain Hugging Face model directory (a base model, evaluated outside any
+orchestrator/sweep/baselines.py), or a plain Hugging Face model directory (a base model, evaluated outside any
 training run)."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from record.errors import UserError
+from record.identity import run_key
 from record.rundir import RunDir
+from trainer.export import ExportError, load_run_config
 
 _RUN_KEY = re.compile(r"[0-9a-f]{6,64}")
 
@@ -47,9 +49,6 @@ def run_key_of(run_dir: Path) -> str:
             continue
         if key:
             return str(key)
-    from record.identity import run_key
-    from trainer.export import ExportError, load_run_config
-
     try:
         return run_key(load_run_config(run_dir))
     except ExportError as err:

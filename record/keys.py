@@ -105,7 +105,7 @@ def eval_metric_keys(task: str, k: int) -> dict[str, str]:
     return keys
 
 
-# A training step's own metrics by their short name (trainer/update.py and trainer/objective.py say `kl_k1`,
+# A training step's own metrics by their short name (trainer/batch.py and trainer/objective.py say `kl_k1`,
 # `grad_norm`, ...): one namespace each, so the short name finds the one key.
 _STEP_KEYS = {key.split("/", 1)[1]: key for key in METRICS
               if key.split("/", 1)[0] in ("train", "perf") and not _PLACEHOLDER.search(key)}

@@ -21,10 +21,7 @@ from record.checks import (
 )
 from record.errors import ConfigError, raise_if
 from record.plain import build, is_jsonable, items_of, schema_of, to_plain
-from trainer.config_objective import (
-    AlgorithmConfig,
-    KLConfig,
-)
+from trainer.config_objective import AlgorithmConfig, KLConfig
 from trainer.rollout import ENGINES as ROLLOUT_ENGINES
 
 # --- The run config: one frozen dataclass per component, composed by RunConfig --------------------------

@@ -1,12 +1,12 @@
 """The objective's settings: the KL term (estimator, placement, beta, form, credit) and the RL algorithm
-(advantage estimator, loss aggregation, PPO clip). Checked on construction like every config (trainer/config.py,
-which re-exports these names: import them from there)."""
+(advantage estimator, loss aggregation, PPO clip), with their valid choices. Checked on construction like every
+config; trainer/config.py's RunConfig composes them with the run's other components."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from record.checks import check_choice, check_non_negative
+from record.checks import check_choice, check_int, check_non_negative, check_num, is_num
 from record.errors import raise_if
 
 ESTIMATORS = ("k1", "k2", "k3")
@@ -51,7 +51,7 @@ class KLConfig:
         check_choice(p, f"{path}.credit", self.credit, CREDITS)
         for name in ("beta", "beta_reward", "beta_loss"):
             check_non_negative(p, f"{path}.{name}", getattr(self, name))
-        if self.clamp is not None and (not isinstance(self.clamp, (int, float)) or not self.clamp > 0):
+        if self.clamp is not None and (not is_num(self.clamp) or not self.clamp > 0):
             p.append(f"{path}.clamp: {self.clamp!r}; give a positive float, or null for no clamp")
         if self.placement not in PLACEMENTS or p:
             return p
@@ -125,6 +125,8 @@ class AlgorithmConfig:
             p.append(f"{path}.group_size: {self.group_size} with advantage 'rloo'; leave-one-out needs >= 2")
         if self.clip_eps is not None and not (isinstance(self.clip_eps, (int, float)) and 0 < self.clip_eps < 1):
             p.append(f"{path}.clip_eps: {self.clip_eps!r}; give a float in (0, 1), or null for no clipping")
+        check_num(p, f"{path}.grpo_eps", self.grpo_eps, 0.0, 1.0, low_open=True)
+        check_int(p, f"{path}.norm_length", self.norm_length, 1, optional=True)
         if self.aggregation == "seq_mean_token_sum_norm" and not (
             isinstance(self.norm_length, int) and self.norm_length > 0
         ):
@@ -132,6 +134,3 @@ class AlgorithmConfig:
                      f"constant (the maximum response length)")
         return p
 
-
-# --- The run config: one frozen dataclass per component, composed by RunConfig --------------------------
-# Defaults are the paper's on-policy setting (section 4.1 and appendix B) where the paper gives a number.

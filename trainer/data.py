@@ -27,7 +27,7 @@ class DataError(ValueError):
     """Missing or malformed data; the message says how to prepare it."""
 
 
-# File names that `orchestrate data prepare` writes (eval/data.py), used when a path is not given.
+# File names that `orchestrate data prepare` writes (eval/local_data.py), used when a path is not given.
 DEFAULT_FILES = {("math", "train"): "math_train.jsonl", ("math", "test"): "math_test.jsonl",
                  ("math", "math500"): "math500.jsonl", ("countdown", "train"): "countdown_train.jsonl",
                  ("countdown", "test"): "countdown_heldout.jsonl"}

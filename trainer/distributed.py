@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,7 +78,8 @@ def init(cache_dir: Path) -> DistInfo:
                "MASTER_PORT": str(_free_port())}
         _STANDALONE_KEYS.update(env)
     os.environ.update(env or {})
-    import deepspeed
+    # Here, not at the top: DeepSpeed picks its accelerator when first imported, so after setup_environment.
+    import deepspeed  # noqa: PLC0415
 
     cuda = torch.cuda.is_available()
     if not torch.distributed.is_initialized():
@@ -98,8 +100,6 @@ def teardown() -> None:
         if os.environ.get(key) == value:
             del os.environ[key]
     _STANDALONE_KEYS.clear()
-    import sys
-
     groups = sys.modules.get("deepspeed.utils.groups")
     if groups is not None:
         for name in ("_WORLD_GROUP", "_ZERO_PARAM_INTRA_PARALLEL_GROUP", "_TENSOR_MODEL_PARALLEL_GROUP",
@@ -137,7 +137,7 @@ def hook_whole_layers(model) -> None:
     fetches and releases a layer as one unit instead of each of its ~10 submodules. Gradients are unchanged
     (tests/integration/test_trainer.py checks the weights); on CPU the per-module hooks are most of a small
     model's step overhead, and this cuts the policy's forward + backward by about a fifth (docs/trainer.md)."""
-    from deepspeed.utils import set_z3_leaf_modules
+    from deepspeed.utils import set_z3_leaf_modules  # noqa: PLC0415 - after init chose the accelerator, as above
 
     names = set(getattr(model, "_no_split_modules", None) or ())
     classes = list({type(m) for m in model.modules() if type(m).__name__ in names})

@@ -19,9 +19,14 @@ import tempfile
 from pathlib import Path
 
 import torch
+import yaml
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from record.rundir import EXPORT_MARKER, RunDir, step_of, tag_for
 from trainer import checkpoint
+from trainer.config import RunConfig
+from trainer.distributed import setup_environment
+from trainer.models import model_path
 
 EXPORT_VERSION = 1
 _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -48,24 +53,11 @@ def checkpoint_step(run_dir: Path, step: int | None = None) -> int:
     return step
 
 
-def load_run_config(run_dir: Path):
-    import yaml
-
-    from trainer.config import RunConfig
-
+def load_run_config(run_dir: Path) -> RunConfig:
     path = RunDir(run_dir).config
     if not path.exists():
         raise ExportError(f"{path} does not exist; {run_dir} is not a run directory")
     return RunConfig.from_dict(yaml.safe_load(path.read_text()))
-
-
-def base_model_path(cfg) -> str:
-    """Where the run's architecture, tokenizer and generation_config come from."""
-    if cfg.model.is_tiny:
-        from trainer.tiny_model import ensure_tiny_model
-
-        return str(ensure_tiny_model())
-    return cfg.model.name_or_path
 
 
 def export_hf(run_dir: Path, step: int | None = None) -> Path:
@@ -79,7 +71,7 @@ def export_hf(run_dir: Path, step: int | None = None) -> Path:
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
-        _write_export(run_dir, step, base_model_path(cfg), cfg.model.dtype, tmp)
+        _write_export(run_dir, step, model_path(cfg), cfg.model.dtype, tmp)
         os.rename(tmp, final)
     except OSError:
         if not RunDir(run_dir).export_done(step).is_file():
@@ -91,18 +83,14 @@ def export_hf(run_dir: Path, step: int | None = None) -> Path:
 
 
 def _fp32_state_dict(ckpt_dir: Path, tag: str) -> dict[str, torch.Tensor]:
-    from trainer.distributed import setup_environment
-
-    # DS_ACCELERATOR=cpu without a GPU, set before deepspeed is imported
+    # DS_ACCELERATOR=cpu without a GPU, set before deepspeed is first imported (it picks its accelerator then).
     setup_environment(Path(__file__).resolve().parents[1] / ".cache")
-    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
+    from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint  # noqa: PLC0415
 
     return get_fp32_state_dict_from_zero_checkpoint(str(ckpt_dir), tag=tag)
 
 
 def _write_export(run_dir: Path, step: int, base: str, dtype_name: str, out: Path) -> None:
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
     tag = tag_for(step)
     state = _fp32_state_dict(RunDir(run_dir).checkpoints, tag)
     config = AutoConfig.from_pretrained(base)

@@ -67,3 +67,18 @@ def response_logprobs(
     if with_entropy:
         entropy = -(logprobs.exp() * logprobs).sum(-1).masked_fill(~batch.response_mask, 0.0).detach()
     return logp, entropy
+
+
+@torch.no_grad()
+def score_logprobs(model, prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int, micro: int,
+                   temperature: float) -> torch.Tensor:
+    """log-probs of every response token under `model`, [B, R_max] on the CPU, `micro` rows at a time, without grad:
+    the reference's for the KL, and the sampling policy's (mu) for a batch that will be trained off-policy."""
+    R = max(1, max(len(r) for r in response_ids))
+    out = torch.zeros(len(response_ids), R)
+    for start in range(0, len(response_ids), micro):
+        rows = slice(start, start + micro)
+        tb = collate(prompt_ids[rows], response_ids[rows], pad_id)
+        logp, _ = response_logprobs(model, tb, temperature)
+        out[rows, : logp.shape[1]] = logp.float().cpu()
+    return out

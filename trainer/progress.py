@@ -14,6 +14,9 @@ import sys
 import time
 import warnings
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from record.keys import PERF_STEP_TIME_S, TRAIN_KL_K1, TRAIN_REWARD_MEAN
 
 REWARD, KL, STEP_TIME = TRAIN_REWARD_MEAN, TRAIN_KL_K1, PERF_STEP_TIME_S
@@ -30,12 +33,10 @@ def quiet_third_party() -> None:
     Other warnings, and these loggers' warnings and errors, still show."""
     deprecated = r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor|reduce_op)` is deprecated"
     warnings.filterwarnings("ignore", message=deprecated, category=FutureWarning)
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:
-        pass
-    else:
-        hf_logging.disable_progress_bar()
+    # Not at the top: ~0.8 s, and orchestrator/cluster/entry.py imports this module on the login node.
+    from transformers.utils import logging as hf_logging  # noqa: PLC0415
+
+    hf_logging.disable_progress_bar()
     for name in ("alembic", "mlflow.store.db.utils"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
@@ -69,9 +70,6 @@ class StepProgress:
         self.start = self.last_line = time.monotonic()
         self.printed, self.bar = False, None
         if enabled and (self.out.isatty() if interactive is None else interactive):
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
             self.bar = Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("{task.fields[m]}"),
                                 TimeElapsedColumn(), console=Console(file=self.out), transient=False)
             self.task = self.bar.add_task("train", total=total, completed=first, m="")

@@ -75,7 +75,8 @@ def _generation_view(model, ds_engine):
     if not params:
         yield
         return
-    import deepspeed
+    # Not at the top: DeepSpeed picks its accelerator when first imported, after distributed.init has chosen it.
+    import deepspeed  # noqa: PLC0415
 
     offload = _zero3_offload(ds_engine)
     with deepspeed.zero.GatheredParameters(params, modifier_rank=None):

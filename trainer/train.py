@@ -1,11 +1,16 @@
-"""The recipe: setup -> (rollout, reward, kl, advantage, loss, step, log, checkpoint) -> teardown.
+"""One RLOO training run: setup, then `_step` once per step, every verb of the recipe a visible call in its order:
 
-One readable loop; every piece it calls is a plain function of its inputs:
-    prompts of step s (trainer/data.py, pure in (seed, s))
-    -> G rollouts each (trainer/rollout.py)          -> verifiable rewards (trainer/rewards.py)
-    -> log-probs of the behaviour policy and the reference (trainer/update.py, trainer/policy.py)
-    -> KL, advantages and loss (trainer/objective.py -> kl.py, advantages.py) -> DeepSpeed ZeRO-3 step
-    -> metrics (MLflow, record/tracker.py) -> collapse verdict (trainer/collapse.py) -> checkpoint
+    rollout              G responses per prompt, from the rollout engine (trainer/sampler.py, trainer/rollout.py:
+                         vLLM or HF generate); at async level k the batch sampled k steps ago (the queue)
+    reward               verifiable, per response (trainer/rewards.py)
+    reference log-probs  log pi_ref of every sampled token, the KL's other side (trainer/policy.py)
+    for each minibatch (one optimizer step) and micro-batch of whole groups in it (trainer/batch.py):
+      advantages         KL per token (kl.py), R - beta sum sg(KL_t), the RLOO baseline (trainer/objective.py)
+      loss               `rl_loss`: the policy-gradient term + beta * the KL loss term (trainer/objective.py)
+      backward, step     DeepSpeed ZeRO-3
+    weight sync          the rollout engine takes the new weights (vLLM; HF samples the trained module itself)
+    log                  MLflow (record/tracker.py), the collapse verdict (trainer/collapse.py)
+    checkpoint           trainer/checkpoint.py
 The same entry point runs in a shell (`orchestrate train`) and inside a Slurm job (one task per GPU).
 """
 
@@ -15,6 +20,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,17 +36,30 @@ from record.keys import (
     VAL_PASS_AT_1,
     step_key,
 )
+from record.run_names import axis_params, cell_run_name, experiment_tags, read_manifest, sweep_tags
 from record.rundir import RunDir, atomic_write
+from record.tracker import MlflowTracker, default_tracking_uri
+from record.tracker_keys import flatten_params
+from record.tracker_null import NullTracker
 from trainer import checkpoint, distributed
+from trainer.batch import Batch, UpdateMetrics
+from trainer.collapse import CollapseMonitor
+from trainer.collapse_rules import CollapseConfig
 from trainer.config import RunConfig
 from trainer.data import load_examples
 from trainer.kl import describe_objective
+from trainer.models import build_engine, build_rollout, model_path
+from trainer.objective import rl_loss, shaped_advantages
+from trainer.policy import response_logprobs, score_logprobs
 from trainer.preempt import Preemption, requeue_self
 from trainer.progress import StepProgress, quiet_third_party
-from trainer.rollout import make_engine
-from trainer.sampler import BatchSampler, RolloutQueue
-from trainer.update import Batch, score_logprobs, update
+from trainer.rollout import RolloutEngine
+from trainer.sampler import BatchSampler, RolloutQueue, Sampled
 from trainer.val_pass_at_1 import pass_at_1
+
+if TYPE_CHECKING:  # annotations only: deepspeed is imported once the accelerator is chosen (trainer/models.py)
+    from deepspeed import DeepSpeedEngine
+    from transformers import PreTrainedTokenizerBase
 
 CACHE = Path(__file__).resolve().parents[1] / ".cache"
 
@@ -80,82 +99,6 @@ def objective_manifest(cfg: RunConfig) -> dict:
     }
 
 
-def resolve_model_path(cfg: RunConfig) -> str:
-    if cfg.model.is_tiny:
-        from trainer.tiny_model import ensure_tiny_model
-
-        return str(ensure_tiny_model())
-    return cfg.model.name_or_path
-
-
-def train_dtype(cfg: RunConfig, dist: distributed.DistInfo) -> torch.dtype:
-    """bf16 on GPU unless the model asks for fp32; fp32 on CPU (bf16 matmuls there are slow and inexact)."""
-    return torch.bfloat16 if dist.device.type == "cuda" and cfg.model.dtype != "fp32" else torch.float32
-
-
-def build_engine(cfg: RunConfig, path: str, dist: distributed.DistInfo, micro_batches: int):
-    """The policy under DeepSpeed ZeRO-3, the frozen reference as a plain copy, and the tokenizer."""
-    import deepspeed
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    gpu = dist.device.type == "cuda"
-    dtype = train_dtype(cfg, dist)
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    torch.manual_seed(cfg.seed)
-    policy = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    reference = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dist.device).eval()
-    reference.requires_grad_(False)
-    optim = torch.optim.AdamW(policy.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
-    warm = max(cfg.optim.warmup_steps, 0)
-    sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
-    # Two CPU-only speed settings (same numbers, less Python per step); on GPU, DeepSpeed's defaults.
-    ds = distributed.deepspeed_config(bf16=dtype == torch.bfloat16, grad_clip=cfg.optim.grad_clip,
-                                      micro_batches=micro_batches, memory_efficient_linear=gpu)
-    if not gpu:
-        distributed.hook_whole_layers(policy)
-    engine, _, _, _ = deepspeed.initialize(model=policy, optimizer=optim, lr_scheduler=sched, config=ds)
-    return engine, reference, tokenizer
-
-
-def build_rollout(cfg: RunConfig, engine, tokenizer, path: str, dist: distributed.DistInfo):
-    """The rollout engine of `rollout.engine`: HF generate on the policy module, or a colocated vLLM engine started
-    from the model's directory (its weights are replaced by the policy's at the first sync)."""
-    r = cfg.rollout
-    if r.engine == "hf":
-        return make_engine("hf", engine.module, tokenizer, ds_engine=engine)
-    return make_engine("vllm", engine.module, tokenizer, model_path=path, dtype=train_dtype(cfg, dist),
-                       seed=cfg.seed, max_model_len=r.max_prompt_tokens + r.max_response_tokens,
-                       tensor_parallel=r.tensor_parallel,
-                       gpu_memory_utilization=r.gpu_memory_utilization, sleep_mode=r.sleep_mode,
-                       world_size=dist.world_size)
-
-
-def _open_tracker(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo, manifest: dict):
-    """The run named as `orchestrate status` names the cell, with every paper axis as an `axis/` param; its
-    sweep's parent gets the sweep (record/run_names.py)."""
-    from record.run_names import axis_params, cell_run_name, experiment_tags, read_manifest, sweep_tags
-    from record.tracker import MlflowTracker, default_tracking_uri
-    from record.tracker_keys import flatten_params
-    from record.tracker_null import NullTracker
-
-    if not dist.is_main:
-        return NullTracker()
-    tracker = MlflowTracker(ctx.run_dir)
-    uri = cfg.tracking.tracking_uri or default_tracking_uri()
-    config, sweep = cfg.to_dict(), read_manifest(ctx.run_dir.parent) if ctx.sweep_id else {}
-    tracker.open_run(ctx.run_key, cfg.tracking.experiment or "comedy", uri,
-                     {**flatten_params(config), **axis_params(config, ctx.axes)},
-                     {"objective/target": manifest["kl_target"]}, parent_run_key=ctx.parent_run_key,
-                     sweep_id=ctx.sweep_id, run_name=cell_run_name(sweep, ctx.axes, ctx.run_key),
-                     parent_tags=sweep_tags(sweep) if ctx.parent_run_key else None,
-                     experiment_tags=experiment_tags(ctx.sweep_id, sweep, config) if ctx.sweep_id else None)
-    tracker.log_dict(cfg.to_dict(), "config.json")
-    tracker.log_dict(manifest, "objective.json")
-    return tracker
-
-
 def train(cfg: RunConfig, ctx: RunContext) -> dict:
     """Run (or resume) one training run to its last step. Returns the final metrics and the collapse verdict."""
     dist = distributed.init(CACHE)
@@ -170,42 +113,31 @@ class _Run:
     """Everything one training run holds between steps (built by `_setup`, restored from the last checkpoint)."""
 
     dir: RunDir
-    engine: object  # the policy under DeepSpeed ZeRO-3
-    reference: torch.nn.Module
-    tokenizer: object
-    rollout: object  # trainer/rollout.py RolloutEngine
+    run_key: str
+    engine: DeepSpeedEngine            # the policy under ZeRO-3, with its optimizer
+    reference: torch.nn.Module         # frozen
+    tokenizer: PreTrainedTokenizerBase
+    rollout: RolloutEngine
     sampler: BatchSampler
     queue: RolloutQueue
-    monitor: object  # trainer/collapse.py CollapseMonitor
-    tracker: object
+    monitor: CollapseMonitor
+    tracker: MlflowTracker | NullTracker
     logged: _LoggedSteps
-    val_examples: list
+    val_examples: list[dict]
     micro_groups: int
     start_step: int
 
 
 def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
-    """The loop: one screen. What a step computes is `_step` below, the math in trainer/objective.py."""
+    """The loop: `_step` until the last step, a collapse (with on_collapse: stop) or a preemption."""
     run = _setup(cfg, ctx, dist)
     preempt, last, status = Preemption(), {}, "FINISHED"
     progress = StepProgress(run.start_step, cfg.optim.steps, enabled=dist.is_main)
     run.rollout.sync_weights(run.engine.module)  # the restored checkpoint's weights (vLLM started from the base)
     try:
         for step in range(run.start_step, cfg.optim.steps):
-            metrics = _step(cfg, run, step, dist)                       # rollout -> reward -> KL/advantage/loss
-            if cfg.data.val_every and (step + 1) % cfg.data.val_every == 0:
-                metrics[VAL_PASS_AT_1] = pass_at_1(run.rollout, run.tokenizer, run.val_examples, cfg,
-                                                   run.sampler.grade, dist, step)
-            last = _log(run, metrics, step + 1, dist.is_main)             # MLflow, once per step
+            last, stop, preempted = _step(cfg, run, step, dist, preempt)
             progress(step + 1, last)
-            run.monitor.update(step + 1, last)                             # collapse verdict
-            if dist.is_main:
-                run.monitor.write(run.dir.verdict)
-            stop, preempted = run.monitor.should_stop(), preempt.agreed(dist.device)
-            if step + 1 == cfg.optim.steps or stop or preempted or (step + 1) % cfg.checkpoint.every == 0:
-                state = {"run_key": ctx.run_key, "collapse": run.monitor.state()}
-                checkpoint.save(run.engine, run.dir, step + 1, state, dist.rank, cfg.checkpoint.keep_last,
-                                extra={f"queue_rank{dist.rank}.pt": run.queue.state()})
             if preempted:
                 status = "KILLED"
                 run.tracker.close(status)
@@ -227,39 +159,56 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
     return {"metrics": last, "verdict": run.monitor.verdict_dict(), "preempted": False}
 
 
-def _step(cfg: RunConfig, run: _Run, step: int, dist) -> dict[str, float]:
-    """One step of the recipe; returns its metrics under their registered keys (record/keys.py).
-
-    rollout + reward   G responses per prompt, graded by the verifiable reward (trainer/sampler.py); with
-                       async_level > 0, sampled up to that many steps ago by an older policy (the queue)
-    reference          log pi_ref of every sampled token: the KL's other side (trainer/update.py)
-    KL, advantage,     per micro-batch `rl_loss` (trainer/objective.py): kl_terms (kl.py) -> the KL-shaped reward
-    loss, update       -> advantages and the policy-gradient loss (advantages.py) + the KL loss term -> backward
-                       -> the ZeRO-3 optimizer step (trainer/update.py)
-    weight sync        the rollout engine samples the next step with the updated weights
-    """
-    t0 = time.perf_counter()
-    sampled = run.queue.next(step, lambda s, v=step: run.sampler.sample(s, version=v, model=run.engine.module))
-    micro = run.micro_groups * cfg.algorithm.group_size
-    ref_logp = score_logprobs(run.reference, sampled.prompt_ids, sampled.response_ids,
-                              run.tokenizer.pad_token_id, micro, cfg.rollout.temperature)
-    batch = Batch(sampled.prompt_ids, sampled.response_ids, sampled.rewards_tensor(), sampled.behavior_tensor(),
-                  ref_logp, run.tokenizer.pad_token_id)
-    updated = update(run.engine, batch, cfg.kl, cfg.algorithm, cfg.optim.updates_per_batch, run.micro_groups,
-                     cfg.rollout.temperature, dist.device)
+def _step(cfg: RunConfig, run: _Run, step: int, dist: distributed.DistInfo,
+          preempt: Preemption) -> tuple[dict[str, float], bool, bool]:
+    """One RL step (the module docstring says where each call lives). Returns its metrics under their registered
+    keys (record/keys.py), whether the collapse rules stop the run, and whether the job was signalled to stop
+    (preemption, agreed on by every rank)."""
+    t0, G, T, pad = time.perf_counter(), cfg.algorithm.group_size, cfg.rollout.temperature, run.tokenizer.pad_token_id
+    # The queue first tops itself up to step + async_level with the current weights (version `step`).
+    rollouts = run.queue.next(step, lambda s: run.sampler.sample(s, version=step, model=run.engine.module))
+    rewards = run.sampler.rewards(rollouts)
+    ref_logp = score_logprobs(run.reference, rollouts.prompt_ids, rollouts.response_ids, pad, run.micro_groups * G, T)
+    batch = Batch(rollouts.prompt_ids, rollouts.response_ids, torch.tensor(rewards, dtype=torch.float32),
+                  rollouts.behavior_tensor(), ref_logp, pad, G)
+    updates = UpdateMetrics()
+    for minibatch in batch.minibatches(cfg.optim.updates_per_batch):
+        # The loss divides by the whole minibatch's counts over every rank, whatever the micro-batch.
+        tokens, seqs = distributed.all_reduce_sum([minibatch.tokens, minibatch.sequences], dist.device)
+        for micro in minibatch.micro_batches(run.micro_groups, dist.device):
+            logp, entropy = response_logprobs(run.engine, micro.tokens, T, with_entropy=True)
+            kl, advantages = shaped_advantages(logp, micro.ref_logp, micro.mask, micro.rewards, cfg.kl,
+                                               cfg.algorithm, old_logp=micro.old_logp)
+            loss, loss_metrics = rl_loss(logp, advantages, kl, micro.mask, cfg.algorithm, old_logp=micro.old_logp,
+                                         num_tokens=max(tokens, 1.0), num_seqs=seqs)
+            # DeepSpeed averages gradients over ranks, and the loss is already the whole minibatch's: undo it.
+            run.engine.backward(loss * dist.world_size, scale_wrt_gas=False)
+            run.engine.step()  # the optimizer steps at the minibatch's last micro-batch (gradient accumulation)
+            updates.add(loss_metrics, entropy, micro)
+    updated = updates.reduce(run.engine, dist.device)
     t_sync = time.perf_counter()
     run.rollout.sync_weights(run.engine.module)  # validation and the next batches sample version step + 1
     done = time.perf_counter()
-    rollout, tokens = _rollout_metrics(sampled, dist.device)
-    return {**{step_key(name): value for name, value in updated.items()}, **rollout,
-            PERF_WEIGHT_SYNC_S: done - t_sync, ASYNC_LAG: step - sampled.version,
-            PERF_STEP_TIME_S: done - t0, PERF_TOKENS_PER_S: tokens / (done - t0)}
+    sampled, generated = _rollout_metrics(rollouts, rewards, dist.device)
+    metrics = {**{step_key(name): value for name, value in updated.items()}, **sampled,
+               PERF_WEIGHT_SYNC_S: done - t_sync, ASYNC_LAG: step - rollouts.version,
+               PERF_STEP_TIME_S: done - t0, PERF_TOKENS_PER_S: generated / (done - t0)}
+    if cfg.data.val_every and (step + 1) % cfg.data.val_every == 0:
+        metrics[VAL_PASS_AT_1] = pass_at_1(run.rollout, run.tokenizer, run.val_examples, cfg, run.sampler.grade,
+                                           dist, step)
+    _log(run, metrics, step + 1, dist.is_main)  # once per step, also after a resume from an older checkpoint
+    run.monitor.update(step + 1, metrics)
+    if dist.is_main:
+        run.monitor.write(run.dir.verdict)
+    stop, preempted = run.monitor.should_stop(), preempt.agreed(dist.device)
+    if step + 1 == cfg.optim.steps or stop or preempted or (step + 1) % cfg.checkpoint.every == 0:
+        checkpoint.save(run.engine, run.dir, step + 1, {"run_key": run.run_key, "collapse": run.monitor.state()},
+                        dist.rank, cfg.checkpoint.keep_last, extra={f"queue_rank{dist.rank}.pt": run.queue.state()})
+    return metrics, stop, preempted
 
 
 def _setup(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> _Run:
     """Build the engines, data and trackers of a run and restore its latest checkpoint (if any)."""
-    from trainer.collapse import CollapseConfig, CollapseMonitor
-
     quiet_third_party()
     G, world = cfg.algorithm.group_size, dist.world_size
     if cfg.optim.minibatch_prompts % world:
@@ -275,7 +224,7 @@ def _setup(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> _Run:
     manifest = objective_manifest(cfg)
     if dist.is_main:
         atomic_write(run_dir.objective, json.dumps(manifest, indent=1))
-    path = resolve_model_path(cfg)
+    path = model_path(cfg)
     engine, reference, tokenizer = build_engine(cfg, path, dist, micro_batches)
     val_examples = load_examples(cfg.data, cfg.data.val_split) if cfg.data.val_every else []
     val_examples = val_examples[: cfg.data.val_size] if cfg.data.val_size else val_examples
@@ -289,8 +238,28 @@ def _setup(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> _Run:
     monitor.load(state.get("collapse", {}))
     queue.load(checkpoint.load_extra(run_dir, f"queue_rank{dist.rank}.pt", state.get("tag")) or [])
     tracker = _open_tracker(cfg, ctx, dist, manifest)
-    return _Run(run_dir, engine, reference, tokenizer, rollout, sampler, queue, monitor, tracker,
+    return _Run(run_dir, ctx.run_key, engine, reference, tokenizer, rollout, sampler, queue, monitor, tracker,
                 _LoggedSteps(run_dir), val_examples, micro_groups, state["step"])
+
+
+def _open_tracker(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo,
+                  manifest: dict) -> MlflowTracker | NullTracker:
+    """The run named as `orchestrate status` names the cell, with every paper axis as an `axis/` param; its
+    sweep's parent gets the sweep (record/run_names.py)."""
+    if not dist.is_main:
+        return NullTracker()
+    tracker = MlflowTracker(ctx.run_dir)
+    uri = cfg.tracking.tracking_uri or default_tracking_uri()
+    config, sweep = cfg.to_dict(), read_manifest(ctx.run_dir.parent) if ctx.sweep_id else {}
+    tracker.open_run(ctx.run_key, cfg.tracking.experiment or "comedy", uri,
+                     {**flatten_params(config), **axis_params(config, ctx.axes)},
+                     {"objective/target": manifest["kl_target"]}, parent_run_key=ctx.parent_run_key,
+                     sweep_id=ctx.sweep_id, run_name=cell_run_name(sweep, ctx.axes, ctx.run_key),
+                     parent_tags=sweep_tags(sweep) if ctx.parent_run_key else None,
+                     experiment_tags=experiment_tags(ctx.sweep_id, sweep, config) if ctx.sweep_id else None)
+    tracker.log_dict(cfg.to_dict(), "config.json")
+    tracker.log_dict(manifest, "objective.json")
+    return tracker
 
 
 class _LoggedSteps:
@@ -308,20 +277,19 @@ class _LoggedSteps:
         atomic_write(self.path, str(step))
 
 
-def _rollout_metrics(sampled, device) -> tuple[dict[str, float], float]:
+def _rollout_metrics(sampled: Sampled, rewards: list[float], device: torch.device) -> tuple[dict[str, float], float]:
     """The batch's reward, accuracy, length and truncation over every rank; and its generated token count."""
     n = len(sampled.response_ids)
     lengths = sum(len(r) for r in sampled.response_ids)
-    rewards = torch.tensor(sampled.rewards)
-    tot = distributed.all_reduce_sum([float(rewards.sum()), float((rewards >= 1.0).sum()), float(lengths),
+    reward = torch.tensor(rewards)
+    tot = distributed.all_reduce_sum([float(reward.sum()), float((reward >= 1.0).sum()), float(lengths),
                                       float(sum(sampled.truncated)), n], device)
     return {TRAIN_REWARD_MEAN: tot[0] / tot[4], TRAIN_ACCURACY: tot[1] / tot[4],
             TRAIN_RESPONSE_LENGTH: tot[2] / tot[4], TRAIN_TRUNCATION_RATE: tot[3] / tot[4]}, tot[2]
 
 
-def _log(run: _Run, metrics: dict[str, float], step: int, is_main: bool) -> dict[str, float]:
+def _log(run: _Run, metrics: dict[str, float], step: int, is_main: bool) -> None:
     """Log the step's metrics once: a step re-trained after a resume from an older checkpoint is not sent again."""
     if is_main and step > run.logged.last:
         run.tracker.log_metrics(metrics, step)
         run.logged.mark(step, metrics)
-    return metrics

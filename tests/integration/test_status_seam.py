@@ -1,5 +1,5 @@
 """One contract between `orchestrate status` and the writers of what it shows: the REAL evaluation (the
-orchestrator's eval entry, orchestrator/cluster/jobs.py run_eval -> eval.run.evaluate on the tiny model, lm-eval's hf
+orchestrator's eval entry, orchestrator/jobs.py run_eval -> eval.run.evaluate on the tiny model, lm-eval's hf
 backend on CPU, a real MLflow sqlite store) and the REAL collapse monitor write into a run directory laid out by
 `materialise` from sweeps/smoke.yaml; status reads them back. No eval_result.json or verdict.json by hand."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cluster.jobs import EVAL_ENTRY, run_eval
+from orchestrator.cluster.entry import EVAL_ENTRY, run_eval
 from orchestrator.launch import ledger as L
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import make_plan
@@ -40,14 +40,14 @@ def trained(run_dir: Path, model_dir: Path, monitor: CollapseMonitor) -> None:
 def test_status_shows_what_the_real_eval_and_collapse_writers_wrote(tmp_path, monkeypatch):
     import torch
 
-    from eval import data
+    from eval import local_data
     from trainer.tiny_model import ensure_tiny_model, fast_config
 
     torch.set_num_threads(2)
     model_dir = ensure_tiny_model(fast_config())
     monkeypatch.chdir(tmp_path)  # MLflow's default artifact root (./mlruns) lands here, not in the checkout
     monkeypatch.setenv("COMEDY_DATA", str(tmp_path / "data"))  # LIMIT problems, so the eval entry runs as is
-    data.write_rows(tmp_path / "data", "tiny_test", data.tiny_rows("tiny_test")[:LIMIT])
+    local_data.write_rows(tmp_path / "data", "tiny_test", local_data.tiny_rows("tiny_test")[:LIMIT])
     sweep = load_sweep(REPO / "sweeps" / "smoke.yaml", [
         f"sweep.output_root={tmp_path / 'runs'}", "sweep.seeds=[0,1]", "eval.tasks=[tiny]", f"eval.k={K}",
         "eval.max_tokens=8", f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"])

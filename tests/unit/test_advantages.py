@@ -13,7 +13,7 @@ from trainer.advantages import (
 )
 from trainer.config_objective import AlgorithmConfig, KLConfig
 from trainer.kl import kl_reward_penalty, kl_terms
-from trainer.objective import rl_loss
+from trainer.objective import rl_loss, shaped_advantages
 
 R = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0], dtype=torch.float64)
 
@@ -93,7 +93,8 @@ def test_kl_loss_uses_the_policy_terms_denominator():
     m = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
     kl = KLConfig(estimator="k3", placement="loss", beta=0.5)
     algo = AlgorithmConfig(advantage="rloo", group_size=2)
-    _, metrics = rl_loss(logp, ref, m, torch.zeros(2), kl, algo)
+    terms, adv = shaped_advantages(logp, ref, m, torch.zeros(2), kl, algo)
+    _, metrics = rl_loss(logp, adv, terms, m, algo)
     k3 = torch.exp(ref - logp) - 1 - (ref - logp)
     assert metrics["kl_loss"] == pytest.approx(float(0.5 * k3.detach()[m].sum() / 5))
 
@@ -108,12 +109,13 @@ def test_micro_batches_with_whole_batch_denominators_equal_the_whole_batch():
     kl = KLConfig(estimator="k1", placement="reward+loss", beta=0.1)
     algo = AlgorithmConfig(advantage="grpo", group_size=4)
     logp = torch.nn.functional.logsigmoid(logits)
-    full, _ = rl_loss(logp, ref, mask, reward, kl, algo)
+    terms, adv = shaped_advantages(logp, ref, mask, reward, kl, algo)
+    full, _ = rl_loss(logp, adv, terms, mask, algo)
     (g_full,) = torch.autograd.grad(full, logits, retain_graph=True)
     total = 0
     for rows in (slice(0, 4), slice(4, 8)):  # one prompt group each, as a rank would hold it
-        part, _ = rl_loss(logp[rows], ref[rows], mask[rows], reward[rows], kl, algo,
-                          num_tokens=mask.sum(), num_seqs=B)
+        terms, adv = shaped_advantages(logp[rows], ref[rows], mask[rows], reward[rows], kl, algo)
+        part, _ = rl_loss(logp[rows], adv, terms, mask[rows], algo, num_tokens=mask.sum(), num_seqs=B)
         total = total + part
     (g_parts,) = torch.autograd.grad(total, logits)
     assert torch.allclose(g_full, g_parts, atol=1e-6)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from eval import data
+from eval import local_data
 from orchestrator.cli import main
 from tests.fixtures.eval_data import FIXTURE_ROWS, prepare_fixture_data
 
@@ -22,11 +22,11 @@ def test_prepare_without_a_hub_writes_what_it_can_and_names_the_rest(tmp_path, c
     code, out, err = run(capsys, "data", "prepare", "--out", str(tmp_path), "--countdown-train", "5",
                          "--countdown-heldout", "2")
     assert code == 2 and "Traceback" not in err
-    hub = [n for n, s in data.SPECS.items() if s.hub]
+    hub = [n for n, s in local_data.SPECS.items() if s.hub]
     assert err.startswith(f"error: {len(hub)} dataset(s) not written to {tmp_path}:")
     assert all(f"  - {name}: not fetched: HF_HUB_OFFLINE" in err for name in hub)
     assert "tiny_test: 200 rows" in out
-    assert json.loads((tmp_path / data.MANIFEST).read_text())["datasets"]["countdown_heldout"]["rows"] == 2
+    assert json.loads((tmp_path / local_data.MANIFEST).read_text())["datasets"]["countdown_heldout"]["rows"] == 2
 
 
 def test_check_lists_every_problem(tmp_path, capsys):
@@ -35,13 +35,13 @@ def test_check_lists_every_problem(tmp_path, capsys):
     assert code == 2
     # The fixture files are a few rows each, so every hub dataset misses its paper count.
     for name in FIXTURE_ROWS:
-        assert f"  - {name}: {FIXTURE_ROWS[name]} rows, expected {data.SPECS[name].rows}" in err
+        assert f"  - {name}: {FIXTURE_ROWS[name]} rows, expected {local_data.SPECS[name].rows}" in err
     assert err.startswith(f"error: {len(FIXTURE_ROWS)} problem(s) in {tmp_path}:")
 
 
 def test_check_of_a_good_directory(tmp_path, capsys, monkeypatch):
     prepare_fixture_data(tmp_path)
-    monkeypatch.setattr(data, "SPECS", {n: s for n, s in data.SPECS.items() if not s.hub})
+    monkeypatch.setattr(local_data, "SPECS", {n: s for n, s in local_data.SPECS.items() if not s.hub})
     code, out, _ = run(capsys, "data", "check", str(tmp_path))
     assert code == 0 and "every dataset present" in out
 

@@ -1,4 +1,4 @@
-"""Data preparation and checking (eval/prepare.py, eval/data.py), with fixture files in the hub's schemas."""
+"""Data preparation and checking (eval/prepare.py, eval/local_data.py), with fixture files in the hub's schemas."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from eval import data
+from eval import local_data
 from eval.prepare import PrepareError, math_rows, math_squared_rows, mmlu_rows, prepare
 from tests.fixtures.eval_data import COUNTDOWN_SIZES, FIXTURE_ROWS, fixture_fetch, prepare_fixture_data
 from trainer.tiny_task import read_jsonl
@@ -18,19 +18,19 @@ def prepared(tmp_path_factory):
 
 
 def test_prepare_writes_every_dataset_with_its_manifest(prepared):
-    manifest = json.loads((prepared / data.MANIFEST).read_text())
-    assert set(manifest["datasets"]) == set(data.SPECS)
+    manifest = json.loads((prepared / local_data.MANIFEST).read_text())
+    assert set(manifest["datasets"]) == set(local_data.SPECS)
     assert manifest["missing"] == {}
     for name, entry in manifest["datasets"].items():
         path = prepared / entry["file"]
-        assert entry["sha256"] == data.sha256_file(path)
+        assert entry["sha256"] == local_data.sha256_file(path)
         assert entry["rows"] == len(read_jsonl(path))
-        want = FIXTURE_ROWS.get(name, data.SPECS[name].rows)
+        want = FIXTURE_ROWS.get(name, local_data.SPECS[name].rows)
         if want is not None:
             assert entry["rows"] == want, name
     assert manifest["datasets"]["countdown_train"]["rows"] == COUNTDOWN_SIZES[0]
     assert manifest["datasets"]["countdown_heldout"]["rows"] == COUNTDOWN_SIZES[1]
-    assert data.check(prepared, expected=FIXTURE_ROWS) == []
+    assert local_data.check(prepared, expected=FIXTURE_ROWS) == []
 
 
 def test_rows_have_the_common_schema_and_golds_are_extracted(prepared):
@@ -40,15 +40,15 @@ def test_rows_have_the_common_schema_and_golds_are_extracted(prepared):
     assert [r["mmlu_split"] for r in physics] == ["test", "test", "validation", "dev"]
     assert [r["answer"] for r in physics] == ["B", "C", "D", "A"]
     assert physics[0]["problem"].endswith("(A) zero\n(B) g downward\n(C) g upward\n(D) increasing")
-    for name in data.SPECS:
-        rows = read_jsonl(prepared / data.SPECS[name].file)
+    for name in local_data.SPECS:
+        rows = read_jsonl(prepared / local_data.SPECS[name].file)
         assert all({"problem", "answer", "unique_id"} <= set(r) for r in rows), name
         assert len({r["unique_id"] for r in rows}) == len(rows), name
 
 
 def test_held_out_countdown_never_repeats_a_training_problem(prepared):
-    train = {data.countdown_key(r) for r in read_jsonl(prepared / "countdown_train.jsonl")}
-    heldout = [data.countdown_key(r) for r in read_jsonl(prepared / "countdown_heldout.jsonl")]
+    train = {local_data.countdown_key(r) for r in read_jsonl(prepared / "countdown_train.jsonl")}
+    heldout = [local_data.countdown_key(r) for r in read_jsonl(prepared / "countdown_heldout.jsonl")]
     assert len(set(heldout)) == len(heldout)
     assert not train & set(heldout)
 
@@ -63,18 +63,18 @@ def test_check_reports_every_problem_at_once(prepared, tmp_path):
     (broken / "math_test.jsonl").write_text(json.dumps(rows[0]) + "\n")  # truncated: 1 row of 2
     with open(broken / "tiny_ood.jsonl", "a") as f:
         f.write(json.dumps({"problem": "x"}) + "\n")  # an extra row without an answer
-    problems = data.check(broken, expected=FIXTURE_ROWS)
+    problems = local_data.check(broken, expected=FIXTURE_ROWS)
     text = "\n".join(problems)
     assert "math500: " in text and "is missing" in text
     assert "math_test: " in text and "sha256" in text and "1 rows, expected 2" in text
     assert "tiny_ood: 201 rows, expected 200" in text and "lack problem/answer/unique_id" in text
     assert "differs from trainer/tiny_task.py" in text
     # The real counts are the paper's: fixture-sized files fail them.
-    assert any("mmlu_college_physics: 4 rows, expected 118" in p for p in data.check(prepared))
+    assert any("mmlu_college_physics: 4 rows, expected 118" in p for p in local_data.check(prepared))
 
 
 def test_check_of_a_missing_directory_says_how_to_make_it(tmp_path):
-    assert data.check(tmp_path / "nope") == [f"{tmp_path / 'nope'}: no such directory; run `orchestrate data "
+    assert local_data.check(tmp_path / "nope") == [f"{tmp_path / 'nope'}: no such directory; run `orchestrate data "
                                              f"prepare --out {tmp_path / 'nope'}`"]
 
 
@@ -84,11 +84,11 @@ def test_an_unreachable_hub_fails_naming_every_dataset_after_writing_the_rest(tm
 
     with pytest.raises(PrepareError) as err:
         prepare(tmp_path, fetch=offline, countdown_sizes=(5, 2), log=lambda _: None)
-    hub = [n for n, s in data.SPECS.items() if s.hub]
+    hub = [n for n, s in local_data.SPECS.items() if s.hub]
     assert set(err.value.missing) == set(hub)
     assert "Couldn't reach 'cais/mmlu'" in str(err.value) and "login node" in str(err.value)
-    manifest = json.loads((tmp_path / data.MANIFEST).read_text())
-    assert set(manifest["datasets"]) == set(data.SPECS) - set(hub)
+    manifest = json.loads((tmp_path / local_data.MANIFEST).read_text())
+    assert set(manifest["datasets"]) == set(local_data.SPECS) - set(hub)
     assert set(manifest["missing"]) == set(hub)
     assert (tmp_path / "tiny_test.jsonl").exists() and not (tmp_path / "math500.jsonl").exists()
 

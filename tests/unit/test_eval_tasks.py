@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from lm_eval.api.model import LM
 
-from eval import backends, data, taskfiles
+from eval import backends, local_data, taskfiles
 from eval.answers import GRADERS
 from eval.mean_at_k import pass_at_k
 from tests.fixtures.eval_data import prepare_fixture_data
@@ -30,7 +30,7 @@ def test_every_task_reads_a_prepared_dataset_and_has_a_grader():
     tasks = taskfiles.available_tasks()
     assert set(tasks) == {"math500", "math_squared", "math_test", "mmlu_college_physics", "mmlu_college_chemistry",
                           "mmlu_college_biology", "countdown", "tiny", "tiny_ood"}
-    files = {data.SPECS[n].file for n in data.SPECS}
+    files = {local_data.SPECS[n].file for n in local_data.SPECS}
     for task in tasks:
         assert taskfiles.data_file(task) in files, task
         assert taskfiles.family(task) in GRADERS, task

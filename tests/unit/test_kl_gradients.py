@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from trainer.config_objective import AlgorithmConfig, KLConfig
-from trainer.objective import rl_loss
+from trainer.objective import rl_loss, shaped_advantages
 from trainer.toy import (
     DTYPE,
     all_sequences,
@@ -28,7 +28,8 @@ ATOL = 1e-10
 
 
 def per_sample_grads(y, theta, ref, kl: KLConfig, behavior=None, algo=None, rows_per_param=1):
-    """Gradient of rl_loss w.r.t. a private copy of (a, b) per row block; rescaled to per-block estimates."""
+    """Gradient of the trainer's loss (shaped_advantages, rl_loss) w.r.t. a private copy of (a, b) per row block;
+    rescaled to per-block estimates."""
     S = y.shape[0] // rows_per_param
     P = theta.expand(S, 2).clone().requires_grad_(True)
     params = P.repeat_interleave(rows_per_param, 0)
@@ -36,8 +37,9 @@ def per_sample_grads(y, theta, ref, kl: KLConfig, behavior=None, algo=None, rows
     old = None if behavior is None else token_logprobs(behavior[None], y)
     algo = algo or AlgorithmConfig(advantage="none", aggregation="seq_mean_token_sum", group_size=1, clip_eps=None)
     mask = torch.ones_like(y, dtype=torch.bool)
-    loss, _ = rl_loss(logp, token_logprobs(ref[None], y), mask, torch.zeros(y.shape[0], dtype=DTYPE), kl, algo,
-                      old_logp=old)
+    terms, adv = shaped_advantages(logp, token_logprobs(ref[None], y), mask, torch.zeros(y.shape[0], dtype=DTYPE),
+                                   kl, algo, old_logp=old)
+    loss, _ = rl_loss(logp, adv, terms, mask, algo, old_logp=old)
     (g,) = torch.autograd.grad(loss, P)
     return g * S  # loss averages over all rows; each block's estimate averages over its own rows
 

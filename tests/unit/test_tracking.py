@@ -16,7 +16,7 @@ from record.tracker_buffer import OfflineBuffer, is_transient
 from record.tracker_keys import TrackingKeyError, check_keys, flatten_params, metric_points
 from record.tracker_null import NullTracker, Tracker
 from record.tracker_ui import experiment_url
-from trainer.collapse import CollapseVerdict
+from trainer.collapse_rules import CollapseVerdict
 
 
 def test_an_at_sign_is_refused_naming_the_key_and_the_fix():

@@ -1,0 +1,71 @@
+"""The models of one run: the policy under DeepSpeed ZeRO-3 with its optimizer, the frozen reference, the tokenizer,
+and the rollout engine that samples the policy (trainer/rollout.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from trainer import distributed
+from trainer.config import RunConfig
+from trainer.rollout import RolloutEngine, make_engine
+from trainer.tiny_model import ensure_tiny_model
+
+if TYPE_CHECKING:  # annotations only: deepspeed is imported once the accelerator is chosen (build_engine)
+    from deepspeed import DeepSpeedEngine
+
+
+def model_path(cfg: RunConfig) -> str:
+    """Where the run's weights, architecture, tokenizer and generation_config come from: the project's tiny model
+    (built on first use) or `model.name_or_path`."""
+    if cfg.model.is_tiny:
+        return str(ensure_tiny_model())
+    return cfg.model.name_or_path
+
+
+def train_dtype(cfg: RunConfig, dist: distributed.DistInfo) -> torch.dtype:
+    """bf16 on GPU unless the model asks for fp32; fp32 on CPU (bf16 matmuls there are slow and inexact)."""
+    return torch.bfloat16 if dist.device.type == "cuda" and cfg.model.dtype != "fp32" else torch.float32
+
+
+def build_engine(cfg: RunConfig, path: str, dist: distributed.DistInfo,
+                 micro_batches: int) -> tuple[DeepSpeedEngine, torch.nn.Module, PreTrainedTokenizerBase]:
+    """The policy under DeepSpeed ZeRO-3, the frozen reference as a plain copy, and the tokenizer."""
+    # After distributed.init: DeepSpeed picks its accelerator (DS_ACCELERATOR) when it is first imported.
+    import deepspeed  # noqa: PLC0415
+
+    gpu = dist.device.type == "cuda"
+    dtype = train_dtype(cfg, dist)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    torch.manual_seed(cfg.seed)
+    policy = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    reference = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dist.device).eval()
+    reference.requires_grad_(False)
+    optim = torch.optim.AdamW(policy.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+    warm = max(cfg.optim.warmup_steps, 0)
+    sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+    # Two CPU-only speed settings (same numbers, less Python per step); on GPU, DeepSpeed's defaults.
+    ds = distributed.deepspeed_config(bf16=dtype == torch.bfloat16, grad_clip=cfg.optim.grad_clip,
+                                      micro_batches=micro_batches, memory_efficient_linear=gpu)
+    if not gpu:
+        distributed.hook_whole_layers(policy)
+    engine, _, _, _ = deepspeed.initialize(model=policy, optimizer=optim, lr_scheduler=sched, config=ds)
+    return engine, reference, tokenizer
+
+
+def build_rollout(cfg: RunConfig, engine: DeepSpeedEngine, tokenizer: PreTrainedTokenizerBase, path: str,
+                  dist: distributed.DistInfo) -> RolloutEngine:
+    """The rollout engine of `rollout.engine`: HF generate on the policy module, or a colocated vLLM engine started
+    from the model's directory (its weights are replaced by the policy's at the first sync)."""
+    r = cfg.rollout
+    if r.engine == "hf":
+        return make_engine("hf", engine.module, tokenizer, ds_engine=engine)
+    return make_engine("vllm", engine.module, tokenizer, model_path=path, dtype=train_dtype(cfg, dist),
+                       seed=cfg.seed, max_model_len=r.max_prompt_tokens + r.max_response_tokens,
+                       tensor_parallel=r.tensor_parallel,
+                       gpu_memory_utilization=r.gpu_memory_utilization, sleep_mode=r.sleep_mode,
+                       world_size=dist.world_size)
