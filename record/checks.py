@@ -5,6 +5,7 @@ together as one ConfigError."""
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Mapping
 
 
@@ -16,8 +17,8 @@ def check_choice(problems: list[str], path: str, value, valid: tuple) -> None:
 def check_non_negative(problems: list[str], path: str, value) -> None:
     if value is None:
         return
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value != value:
-        problems.append(f"{path}: {value!r} is not a number; give a float >= 0")
+    if not is_num(value):
+        problems.append(f"{path}: {value!r} is not a finite number; give a float >= 0")
     elif value < 0:
         problems.append(f"{path}: {value!r} is negative; the KL coefficient must be >= 0")
 
@@ -27,7 +28,9 @@ def is_int(value) -> bool:
 
 
 def is_num(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    """A finite int or float: NaN and infinity are refused everywhere (nothing in a run is infinite, and JSON,
+    hence run_key, cannot hold them)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def check_int(p: list[str], path: str, value, low: int = 0, optional: bool = False) -> None:

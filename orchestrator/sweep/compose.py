@@ -20,19 +20,38 @@ from orchestrator.sweep.spec import _parser
 from record.errors import UserError
 
 SHIPPED_CONF = REPO / "sweeps" / "conf"
+# Bounds on a sweep document, checked before Hydra or OmegaConf touch it: far above any real sweep (the paper's
+# largest file holds a few hundred values, nests 5 levels, and is 3 KB), far below what would stall a login node.
+MAX_BYTES = 1024**2
+MAX_VALUES = 10_000
+MAX_DEPTH = 32
 
 
 def read_yaml(path: Path) -> Any:
+    """The sweep file's YAML, or one UserError saying what is wrong with it and how to fix it: not YAML, missing,
+    unreadable (not UTF-8), a syntax error, or a document past the bounds below, checked before anything walks it
+    (a few hundred bytes of nested aliases expand to billions of values: Hydra and OmegaConf would copy each)."""
     if path.suffix not in (".yaml", ".yml"):
         raise UserError(f"{path}: a sweep file is YAML (.yaml); see sweeps/ for examples")
     if not path.is_file():
         near = sorted(p.name for p in path.parent.glob("*.yaml")) if path.parent.is_dir() else []
         hint = f"; sweeps in {path.parent}: {', '.join(near)}" if near else "; check the path"
         raise UserError(f"{path}: no such file{hint}")
+    if path.stat().st_size > MAX_BYTES:
+        raise UserError(f"{path}: {path.stat().st_size:,} bytes; a sweep file is a few KB (at most {MAX_BYTES:,} "
+                        f"bytes): give a sweep file, not data")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
+        text = path.read_text(encoding="utf-8")
+        _check_depth(text, str(path))
+        data = yaml.safe_load(text)
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not UTF-8 text (byte {err.start}: {err.object[err.start:err.start + 4]!r}); "
+                        f"save the sweep file as UTF-8") from None
+    except OSError as err:
         raise UserError(f"{path}: cannot read it ({err})") from None
+    except RecursionError:
+        raise UserError(f"{path}: nested deeper than it can be read; a sweep file nests a few levels: fix the "
+                        f"brackets") from None
     except ValueError as err:  # PyYAML builds an int from its digits: Python refuses more than 4300 of them
         raise UserError(f"{path}: a number in it is too long to read ({err}); no setting takes a number that "
                         f"size: fix the value") from None
@@ -42,6 +61,53 @@ def read_yaml(path: Path) -> Any:
         what = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise UserError(f"{where}: YAML syntax error: {what}; fix the YAML (indentation, quotes, brackets)") \
             from None
+    check_size(data, str(path))
+    return data
+
+
+def _check_depth(text: str, where: str) -> None:
+    """Refuse nesting past MAX_DEPTH from the parser's events (a loop, where building the document would recurse
+    once per level and take seconds to fail on thousands)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise UserError(f"{where}: nests more than {MAX_DEPTH} levels deep; a sweep file nests a few "
+                                f"levels: flatten it")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
+def check_size(data: Any, where: str) -> None:
+    """Refuse a document that expands past MAX_VALUES values (an alias counts each time it is used) or nests past
+    MAX_DEPTH levels, or that holds itself (a recursive alias), with the figure; linear in the document's own size:
+    each distinct node is measured once."""
+    sizes: dict[int, int] = {}
+
+    def size(node: Any, depth: int) -> int:
+        if depth > MAX_DEPTH:
+            raise UserError(f"{where}: nests more than {MAX_DEPTH} levels deep; a sweep file nests a few levels: "
+                            f"flatten it")
+        if not isinstance(node, (dict, list)):
+            return 1
+        if id(node) in sizes:
+            if sizes[id(node)] < 0:
+                raise UserError(f"{where}: an alias refers to the node that holds it, so the document never ends; "
+                                f"remove the recursive alias")
+            return sizes[id(node)]
+        sizes[id(node)] = -1  # being measured: meeting it again below is a cycle
+        children = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+        total = 1
+        for child in children:
+            total += size(child, depth + 1)
+            if total > MAX_VALUES:
+                raise UserError(f"{where}: expands to more than {MAX_VALUES:,} values (YAML aliases count each "
+                                f"time they are used); a sweep file holds hundreds: remove the nested aliases")
+        sizes[id(node)] = total
+        return total
+
+    size(data, 0)
 
 
 def search_dirs(path: Path) -> list[Path]:

@@ -137,6 +137,10 @@ def _classify(cli: list[Override], spec: SweepSpec, dirs: list[Path], problems: 
         key = o.key_or_group
         if key.startswith("sweep."):
             continue
+        if key.lstrip("+~") == "seed":  # every cell's seed is its sweep.seeds value: a `seed=` would be dropped
+            problems.append(f"override {o.input_line!r}: a cell's seed comes from sweep.seeds; write "
+                            f"sweep.seeds=[0,1,2] instead")
+            continue
         if o.is_sweep_override() or (key in axis_keys and not o.is_delete()):
             axis = parse_override_values(o.input_line.lstrip("+"), f"override {o.input_line!r}", problems)
             axes += [axis] if axis is not None else []

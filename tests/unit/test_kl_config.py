@@ -14,7 +14,7 @@ from trainer.kl import describe_objective, objective_target
         ({"placement": "both", "beta": 0.1},
          "kl.placement: unknown value 'both'; valid: none, reward, loss, reward+loss"),
         ({"placement": "loss", "beta": -0.1}, "kl.beta: -0.1 is negative"),
-        ({"placement": "loss", "beta": "big"}, "kl.beta: 'big' is not a number"),
+        ({"placement": "loss", "beta": "big"}, "kl.beta: 'big' is not a finite number"),
         ({"placement": "none", "beta": 0.1}, "placement 'none' adds no KL"),
         ({"placement": "reward", "beta": 0.0}, "use placement 'none' for beta = 0"),
         ({"placement": "loss", "beta": 0.1, "beta_reward": 0.1}, "kl.beta_reward: set, but placement 'loss'"),
