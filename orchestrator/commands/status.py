@@ -32,7 +32,9 @@ have it, and the seeds counted by verdict. Columns that do not fit the terminal 
 table; --json gives every field, each row with its configuration's "summary" (mean, sd, min, max, n per
 metric; verdict counts). A sweep with baselines (sweep.baselines: base models evaluated once) shows them in a
 table of their own: model, chat template, state, each task's mean@k; in --json they follow the cells, each with
-"baseline": true; their jobs are asked in the same one sacct."""
+"baseline": true; their jobs are asked in the same one sacct. On Slurm, --json ends with the watcher job's
+entry ("watcher": true: job_id, following, state, partition, last_poll, polls, ended, and "said", the line the
+table prints)."""
 
 
 def register(subparsers) -> None:
@@ -55,9 +57,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.watch:
         records, watcher, bases = read(sweep_dir)
-        out.print(render(sweep_dir, out.width, records, [], bases))
-        for line in watcher:
-            out.print(line, soft_wrap=True, highlight=False)
+        out.print(render(sweep_dir, out.width, records, None, bases))
+        if watcher:
+            out.print(watcher["said"], soft_wrap=True, highlight=False)
         for line in links(records):  # where to browse the runs (orchestrator/tracking/sweep_run.py)
             out.print(line, soft_wrap=True, highlight=False)  # a link split over lines no longer opens
         return 0

@@ -14,19 +14,20 @@ from orchestrator.status.baselines import baseline_ids, baseline_rows, current_b
 from orchestrator.status.cells import cell_rows, current_state, on_slurm
 
 
-def read(sweep_dir: Path) -> tuple[dict[str, dict], list[str], dict[str, dict]]:
-    """The cells' records and the baselines' with Slurm's states, and what to say about the sweep's watcher job
-    (on Slurm): one sacct for all three."""
+def read(sweep_dir: Path) -> tuple[dict[str, dict], dict | None, dict[str, dict]]:
+    """The cells' records and the baselines' with Slurm's states, and the sweep's watcher job as status reports it
+    (orchestrator/status/watcher.py `status_of`; None off Slurm): one sacct for all three."""
     info = watcher.read_info(sweep_dir)
     base_ids = baseline_ids(sweep_dir)
     records, said = current_state(sweep_dir, [*watcher.ids_to_ask(info), *base_ids])
     bases = current_baselines(sweep_dir, said if base_ids else {})
     if not (on_slurm(records) and available()):
-        return records, [], bases
-    return records, watcher.status_lines(info, said, settled(records), sweep_dir, time.time()), bases
+        return records, None, bases
+    return records, watcher.status_of(info, said, settled(records), sweep_dir, time.time()), bases
 
 
 def all_rows(sweep_dir: Path) -> list[dict]:
-    """The cells' rows, then the baselines' (each with "baseline": true)."""
-    records, _, bases = read(sweep_dir)
-    return cell_rows(records) + baseline_rows(bases)
+    """What `status --json` prints: the cells' rows, then the baselines' (each with "baseline": true), then the
+    watcher's (with "watcher": true; a sweep on Slurm only), with the line the table prints in "said"."""
+    records, follower, bases = read(sweep_dir)
+    return cell_rows(records) + baseline_rows(bases) + ([follower] if follower else [])

@@ -112,11 +112,12 @@ def fit(widths: list[int], priority: list[int], total: int, flexible: int | None
     return sorted(kept)
 
 
-def render(sweep_dir: Path, width: int, records: dict[str, dict] | None = None, watcher: list[str] = (),
+def render(sweep_dir: Path, width: int, records: dict[str, dict] | None = None, watcher: dict | None = None,
            bases: dict[str, dict] | None = None) -> Group:
-    """The tables (and the watcher's lines); `records` None: read now."""
+    """The tables (and the watcher's line, orchestrator/status/watcher.py `status_of`); `records` None: read now."""
     if records is None:
         records, watcher, bases = read(sweep_dir)
     data, base_rows = cell_rows(records), baseline_rows(bases or {})
     return Group(table(sweep_dir, data, width), summary_table(data, width),
-                 *([baselines_table(base_rows, width)] if base_rows else []), *(Text(line) for line in watcher))
+                 *([baselines_table(base_rows, width)] if base_rows else []),
+                 *([Text(watcher["said"])] if watcher else []))

@@ -74,24 +74,37 @@ def should_start(info: dict | None, rows: dict[str, list[JobRow]], settled: bool
     return (False, f"{why}: it follows the sweep") if live else (True, why)
 
 
+def status_of(info: dict | None, rows: dict[str, list[JobRow]], settled: bool, sweep_dir: Path,
+              now: float) -> dict:
+    """The watcher as `orchestrate status` reports it, in the table (`said`) and in --json (every field): the job,
+    whether it follows the sweep, Slurm's state, its partition, its last poll, how it ended; for an unsettled sweep
+    that none follows, how to start one."""
+    live, why = following(info, rows, now)
+    info = info or {}
+    row = job_row(info, rows) if info.get("job_id") else None
+    polled = info.get("last_poll")
+    out = {"watcher": True, "job_id": info.get("job_id"), "following": live,
+           "state": row.state if row is not None else None, "partition": (info.get("params") or {}).get("partition"),
+           "last_poll": polled, "polls": info.get("polls", 0), "ended": info.get("ended")}
+    if live:
+        last = f"last poll {_clock(polled)} ({now - polled:.0f} s ago)" if polled else "no poll yet"
+        said = (f"{why.removeprefix('watcher ')} in partition {out['partition'] or '?'}, {last}; it resubmits cells "
+                f"ended by infrastructure failures and ends once the sweep is settled")
+    elif info.get("ended") and settled:
+        said = why.removeprefix("watcher ")
+    elif settled:
+        said = f"none running ({why}); the sweep is settled"
+    else:
+        said = (f"none follows this sweep ({why}): a job that dies of a node failure, preemption or time limit is "
+                f"not resubmitted. Start one: orchestrate watch {sweep_dir} --as-job (or run `orchestrate sweep` "
+                f"again)")
+    return {**out, "said": f"watcher: {said}"}
+
+
 def status_lines(info: dict | None, rows: dict[str, list[JobRow]], settled: bool, sweep_dir: Path,
                  now: float) -> list[str]:
-    """What `orchestrate status` says about the watcher (a sweep on Slurm): the job, its state and last poll, or
-    that none follows an unsettled sweep and how to start one."""
-    live, why = following(info, rows, now)
-    if live:
-        where = (info.get("params") or {}).get("partition", "?")
-        polled = info.get("last_poll")
-        last = f"last poll {_clock(polled)} ({now - polled:.0f} s ago)" if polled else "no poll yet"
-        return [f"watcher: {why.removeprefix('watcher ')} in partition {where}, {last}; it resubmits cells ended "
-                f"by infrastructure failures and ends once the sweep is settled"]
-    if info and info.get("ended") and settled:
-        return [f"watcher: {why.removeprefix('watcher ')}"]
-    if settled:
-        return [f"watcher: none running ({why}); the sweep is settled"]
-    return [f"watcher: none follows this sweep ({why}): a job that dies of a node failure, preemption or time "
-            f"limit is not resubmitted. Start one: orchestrate watch {sweep_dir} --as-job (or run `orchestrate "
-            f"sweep` again)"]
+    """What `orchestrate status` prints about the watcher (a sweep on Slurm): `status_of`'s words."""
+    return [status_of(info, rows, settled, sweep_dir, now)["said"]]
 
 
 def mark_poll(sweep_dir: Path, job_id: str, now: float) -> None:

@@ -133,6 +133,13 @@ def test_the_sweep_starts_one_watcher_in_service_which_resubmits_a_killed_cell_a
     assert jobs == {watcher: ("service", "COMPLETED")}  # one watcher job in all, in service
     status = orchestrate("status", str(sweep_dir), cwd=tmp_path)
     assert f"watcher: job {watcher} ended at" in status.stdout and "the sweep is settled: 2 done" in status.stdout
+    # --json carries the same watcher: its line word for word, and the fields behind it
+    (entry,) = [r for r in json.loads(orchestrate("status", str(sweep_dir), "--json", cwd=tmp_path).stdout)
+                if r.get("watcher")]
+    assert entry["said"] in " ".join(status.stdout.split()) or " ".join(entry["said"].split()) in " ".join(
+        status.stdout.split()), (entry, status.stdout)
+    assert entry["job_id"] == watcher and not entry["following"] and entry["partition"] == "service"
+    assert entry["ended"]["why"] == "the sweep is settled: 2 done" and entry["polls"] >= 1
 
 
 @pytest.mark.parametrize("sweep_args", [ONE_CPU], indirect=True)

@@ -89,6 +89,23 @@ def test_status_hints_how_to_start_a_watcher_for_an_unsettled_sweep_without_one(
     assert line.startswith("watcher: job 812 ended at") and line.endswith("the sweep is settled: 2 done")
 
 
+def test_status_json_carries_the_watcher_as_the_table_says_it():
+    """Every case above: --json's entry holds the line the table prints, and the fields behind it."""
+    polled = {**INFO, "last_poll": NOW - 20, "polls": 3}
+    running = ws.status_of(polled, rows("RUNNING"), settled=False, sweep_dir="/r/sw", now=NOW)
+    assert [running["said"]] == ws.status_lines(polled, rows("RUNNING"), False, "/r/sw", NOW)
+    assert {k: running[k] for k in ("watcher", "job_id", "following", "state", "partition", "last_poll", "polls",
+                                    "ended")} == {"watcher": True, "job_id": "812", "following": True,
+                                                  "state": "RUNNING", "partition": "service", "last_poll": NOW - 20,
+                                                  "polls": 3, "ended": None}
+    ended = {**INFO, "ended": {"at": NOW, "why": "the sweep is settled: 2 done"}}
+    closed = ws.status_of(ended, {}, settled=True, sweep_dir="/r/sw", now=NOW)
+    assert not closed["following"] and closed["ended"]["why"] == "the sweep is settled: 2 done"
+    assert closed["said"].endswith("the sweep is settled: 2 done")
+    none = ws.status_of(None, {}, settled=False, sweep_dir="/r/sw", now=NOW)
+    assert none["job_id"] is None and not none["following"] and "--as-job" in none["said"]
+
+
 def test_the_watcher_marks_its_polls_and_its_end_only_while_watcher_json_names_it(tmp_path):
     ws.write_info(tmp_path, dict(INFO))
     ws.mark_poll(tmp_path, "999", NOW)  # an old watcher Slurm brought back: not the one named
