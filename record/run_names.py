@@ -11,6 +11,7 @@ from pathlib import Path
 
 from record.identity import cell_name, format_value
 from record.keys import eval_metric_keys
+from record.tracker_keys import flatten_params
 from record.tracker_ui import VIEW_TAG_PREFIX, sweep_view, view_key
 
 # The paper's axes (STYLE.md rule 12) -> where the resolved config holds them: a param on every cell, sweep axis or
@@ -73,6 +74,32 @@ def sweep_tags(manifest: Mapping) -> dict[str, str]:
             "sweep/axes": "; ".join(f"{k}={','.join(v)}" for k, v in axes.items())[:5000],
             "sweep/cells": str(len(manifest.get("cells", []))), "sweep/git_commit": str(git.get("commit") or ""),
             "sweep/git_dirty": str(bool(git.get("dirty"))).lower()}
+
+
+PARAM_VALUE_MAX = 6000  # MLflow's longest param value
+
+
+def sweep_params(name: str, seeds, configs: list[Mapping]) -> dict[str, str]:
+    """The sweep's settings as its parent run's params, so that two sweeps compare in the UI: every config key
+    (dotted, as the cells' params are named) with its one value where every cell has the same, else its distinct
+    values in order joined by commas; and `sweep/name`, `sweep/seeds`, `sweep/cells`. Computed at submission from
+    every cell (orchestrator/launch/materialise.py keeps it in the manifest); the tracking settings are left out
+    (where a run logs is not what it computes)."""
+    values: dict[str, list[str]] = {}
+    for config in configs:
+        for key, value in flatten_params(config).items():
+            if not key.startswith("tracking."):
+                seen = values.setdefault(key, [])
+                if value not in seen:
+                    seen.append(value)
+    out = {"sweep/name": str(name), "sweep/seeds": ",".join(map(str, seeds)), "sweep/cells": str(len(configs))}
+    out.update({key: ",".join(seen)[:PARAM_VALUE_MAX] for key, seen in values.items()})
+    return out
+
+
+def parent_params(manifest: Mapping) -> dict[str, str]:
+    """The parent's params as the manifest keeps them ({} for a run outside a sweep, or an older manifest)."""
+    return {str(k): str(v) for k, v in (manifest.get("parent_params") or {}).items()}
 
 
 def experiment_tags(sweep_id: str, manifest: Mapping, config: Mapping) -> dict[str, str]:

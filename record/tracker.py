@@ -97,13 +97,15 @@ class MlflowTracker:
 
     def open_run(self, run_key, experiment, tracking_uri, params, tags, parent_run_key=None, sweep_id=None, *,
                  run_name: str | None = None, artifact_location: str | None = None,
-                 parent_tags: Mapping[str, str] | None = None,
+                 parent_tags: Mapping[str, str] | None = None, parent_params: Mapping[str, str] | None = None,
                  experiment_tags: Mapping[str, str] | None = None) -> str | None:
         """Create or reopen the run tagged `run_key` (and its sweep's parent); log params and tags; replay the
         buffer. Returns the run id, or None when the store is unreachable: the run is then opened, and the
         buffer replayed, on the first later call that reaches it. `run_name` names a new run (default: the
         run_key); `parent_tags` are set on the parent at every open (what the sweep is: it may change between
-        launches, so tags, which can change, not params, which cannot); `experiment_tags` on the experiment
+        launches, so tags, which can change); `parent_params` once, on a parent that has none yet (the sweep's
+        settings at its first launch, which MLflow's compare view lines up; params can never change, so a
+        relaunch with other settings shows in the tags only); `experiment_tags` on the experiment
         (a sweep's view of the runs table). `artifact_location` is that of a new experiment (default for
         SQLite: `local_artifact_location`)."""
         check_run_key(run_key)
@@ -113,6 +115,7 @@ class MlflowTracker:
         check_keys(flat, "param")
         check_keys(tags, "tag")
         check_keys(parent_tags or {}, "tag")
+        check_keys(parent_params or {}, "param")
         check_keys(experiment_tags or {}, "tag")
         from mlflow import MlflowClient  # noqa: PLC0415 (mlflow: a job that never logs never loads it)
 
@@ -121,6 +124,7 @@ class MlflowTracker:
                           tags={k: str(v) for k, v in tags.items()}, sweep_id=sweep_id, run_name=run_name,
                           artifact_location=artifact_location, tracking_uri=tracking_uri,
                           parent_tags={k: str(v) for k, v in (parent_tags or {}).items()},
+                          parent_params={k: str(v) for k, v in (parent_params or {}).items()},
                           experiment_tags={k: str(v) for k, v in (experiment_tags or {}).items()})
         self.run_id = None
         # A close an earlier job of this run could not deliver: this job owns the run's status now (a replayed
@@ -246,6 +250,8 @@ class MlflowTracker:
                 client.update_run(parent, status="RUNNING")
             if a["parent_tags"]:
                 self._send(parent, {"kind": "tags", "values": a["parent_tags"]})
+            if a["parent_params"] and not client.get_run(parent).data.params:
+                self._send(parent, {"kind": "params", "values": a["parent_params"]})
         info = self._find_or_create(experiment_id, a["run_key"], a["run_name"] or a["run_key"], tags)
         run_id = info.run_id
         # A reopened run was FINISHED/FAILED/KILLED (a new one is RUNNING); the eval job puts it back on close.

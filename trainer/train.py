@@ -36,7 +36,14 @@ from record.keys import (
     VAL_PASS_AT_1,
     step_key,
 )
-from record.run_names import axis_params, cell_run_name, experiment_tags, read_manifest, sweep_tags
+from record.run_names import (
+    axis_params,
+    cell_run_name,
+    experiment_tags,
+    parent_params,
+    read_manifest,
+    sweep_tags,
+)
 from record.rundir import RunDir, atomic_write
 from record.tracker import MlflowTracker, default_tracking_uri
 from record.tracker_keys import flatten_params
@@ -256,6 +263,7 @@ def _open_tracker(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo,
                      {"objective/target": manifest["kl_target"]}, parent_run_key=ctx.parent_run_key,
                      sweep_id=ctx.sweep_id, run_name=cell_run_name(sweep, ctx.axes, ctx.run_key),
                      parent_tags=sweep_tags(sweep) if ctx.parent_run_key else None,
+                     parent_params=parent_params(sweep) if ctx.parent_run_key else None,
                      experiment_tags=experiment_tags(ctx.sweep_id, sweep, config) if ctx.sweep_id else None)
     tracker.log_dict(cfg.to_dict(), "config.json")
     tracker.log_dict(manifest, "objective.json")

@@ -25,6 +25,7 @@ from orchestrator.sweep.baselines import identity
 from orchestrator.sweep.expand import Sweep
 from record.errors import ConfigError, UserError
 from record.identity import run_key
+from record.run_names import sweep_params
 from record.rundir import RunDir, atomic_write
 from trainer.config import RunConfig
 
@@ -95,6 +96,8 @@ def manifest(sweep: Sweep, plan: Plan, git: dict) -> dict:
         "duplicates_dropped": sweep.duplicates,
         "baselines": [b.description() for b in sweep.baselines],
         "plan": plan.to_dict(),
+        # What the sweep's parent MLflow run carries as params (record/run_names.py `sweep_params`).
+        "parent_params": sweep_params(sweep.name, sweep.spec.seeds, [c.config.to_dict() for c in sweep.cells]),
         "git": git,
         "orchestrator_version": orchestrator_version(),
     }

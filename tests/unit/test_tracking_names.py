@@ -73,6 +73,14 @@ def test_a_cell_is_named_as_status_names_it_with_every_axis_and_its_parent_carri
     assert parent.data.tags["sweep/cells"] == "2"
     assert parent.data.tags["sweep/axes"] == "kl.estimator=k1,k3; kl.placement=reward,loss; seed=0"
     assert parent.data.tags["sweep/git_dirty"] in ("true", "false") and "sweep/git_commit" in parent.data.tags
+    # The sweep's settings as params, so two sweeps' parents compare in the UI: one value where the cells agree,
+    # the distinct values where they differ; the tracking settings left out.
+    params = parent.data.params
+    assert {k: params[k] for k in ("sweep/name", "sweep/seeds", "sweep/cells", "kl.estimator", "kl.placement",
+                                   "kl.beta", "optim.steps", "model.name_or_path")} == {
+        "sweep/name": "smoke", "sweep/seeds": "0", "sweep/cells": "2", "kl.estimator": "k1,k3",
+        "kl.placement": "reward,loss", "kl.beta": "0.1", "optim.steps": "4", "model.name_or_path": "tiny"}
+    assert not any(k.startswith("tracking.") for k in params)
 
     # Artifacts beside the store, nothing in the working directory.
     experiment = client.get_experiment(run.info.experiment_id)
@@ -150,3 +158,19 @@ def test_the_reward_and_mean_at_k_go_first():
     assert list(lead_first({"train/advantage_mean": 0, "eval/t/pass_at_4": 0, "eval/t/mean_at_4": 0,
                             "train/reward_mean": 0})) == [
         "train/reward_mean", "eval/t/mean_at_4", "train/advantage_mean", "eval/t/pass_at_4"]
+
+
+def test_the_parent_takes_the_sweeps_params_once_and_a_relaunch_with_other_settings_keeps_them(sweep):
+    """MLflow params never change: the first cell's job gives the parent the sweep's settings; later cells, and a
+    relaunch whose manifest says otherwise, log none on it (the tags carry the new launch)."""
+    client = mlflow.MlflowClient(sweep.uri)
+    first = open_cell(sweep, sweep.cells[0])
+    first.close()
+    parent = client.get_run(first.run_id).data.tags["mlflow.parentRunId"]
+    before = client.get_run(parent).data.params
+    manifest = json.loads((sweep.dir / "manifest.json").read_text())
+    manifest["parent_params"]["optim.steps"] = "400"  # a relaunch with other settings
+    (sweep.dir / "manifest.json").write_text(json.dumps(manifest))
+    second = open_cell(sweep, sweep.cells[1])
+    second.close()
+    assert before["optim.steps"] == "4" and client.get_run(parent).data.params == before
