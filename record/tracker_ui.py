@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from urllib.parse import quote
+from pathlib import Path
+from urllib.parse import quote, urlsplit
 
 # Where the MLflow UI lands. Read from MLflow 3.17.2's UI bundle (mlflow/server/js/build/static/js: main.*.js
 # module 31080, 5439.*.chunk.js module 24546) and checked with headless Chromium:
@@ -98,3 +99,19 @@ def lead_first(metrics: Mapping[str, float]) -> dict[str, float]:
         return next((i for i, p in enumerate(_LEAD) if p.fullmatch(key)), len(_LEAD))
 
     return {k: metrics[k] for k in sorted(metrics, key=rank)}
+
+
+def shown_uri(uri: str, base: Path | None = None) -> str:
+    """A store's URI as a report names it, which travels to other machines: a local SQLite file relative to `base`
+    (default: the working directory) where it lies under it, else by its file name alone; a server's URL without
+    its credentials. No machine's absolute path, no password."""
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):].split("?", 1)[0])
+        try:
+            return f"sqlite:///{db.resolve().relative_to((base or Path.cwd()).resolve())}"
+        except ValueError:
+            return f"a SQLite store named {db.name}"
+    parts = urlsplit(uri)
+    if parts.username or parts.password:
+        return parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")).geturl()
+    return uri

@@ -19,6 +19,7 @@ from record.run_names import read_manifest
 from record.rundir import RunDir, read_json
 from record.tracker import read_run_file
 from record.tracker_sweep import metric_histories
+from record.tracker_ui import shown_uri
 
 EXAMPLES = """examples:
   orchestrate report runs/onpolicy
@@ -99,9 +100,9 @@ def read_histories(records: dict[str, dict]) -> tuple[dict[str, dict], list[str]
     for uri, run_ids in by_uri.items():
         try:
             found.update(metric_histories(uri, run_ids, paper.CURVES))
-            notes.append(f"Curves of {len(run_ids)} cell(s) from MLflow ({uri}).")
-        except ConnectionError as err:
-            notes.append(f"The MLflow store {uri} is unreachable ({err}): the curves of {len(run_ids)} cell(s) "
+            notes.append(f"Curves of {len(run_ids)} cell(s) from MLflow ({shown_uri(uri)}).")
+        except ConnectionError:
+            notes.append(f"The MLflow store {shown_uri(uri)} is unreachable: the curves of {len(run_ids)} cell(s) "
                          f"come from their run directories instead (the checkpoint's collapse history and the "
                          f"last logged step), so the reward curve has only its last point.")
     never = [key for key in records if not any(key in ids for ids in by_uri.values())]

@@ -67,7 +67,8 @@ def test_report_of_a_real_sweep_from_mlflow_then_from_the_run_directories(tmp_pa
         assert f"data:image/png;base64,{base64.b64encode((out / png).read_bytes()).decode()}" in page
     assert "| k1-reward | K1 in reward | beta = 0.1 | stable 1/1 |" in md
     assert "| k3-loss | K3 in loss | beta = 0.1 | collapsed 1/1 (step 6) |" in md
-    assert "Curves of 2 cell(s) from MLflow" in md and "None: every cell trained and evaluated." in md
+    assert "Curves of 2 cell(s) from MLflow (sqlite:///mlflow.db)" in md  # relative: no machine's path
+    assert "None: every cell trained and evaluated." in md and str(tmp_path) not in md + page
     assert "| k1-reward | probe@1 | 1 ± - | 1 - 1 | 1/1 | - | - |" in md  # no beta = 0 cell in the smoke sweep
 
     (tmp_path / "mlflow.db").rename(tmp_path / "elsewhere.db")

@@ -17,6 +17,7 @@ from orchestrator.report import paper
 from orchestrator.status import cells
 from record.identity import cell_name
 from record.rundir import tag_for
+from record.tracker_ui import shown_uri
 from trainer.collapse import CollapseMonitor
 
 STEPS = 12
@@ -181,6 +182,7 @@ def test_an_unreachable_store_falls_back_to_the_run_directories(sweep, tmp_path,
     assert err.count("warning:") == 1 and "unreachable" in err and "gone.db" in err
     md = (tmp_path / "out" / "report.md").read_text()
     assert "is unreachable" in md and "come from their run directories" in md
+    assert str(tmp_path) not in md  # a report travels: no machine's absolute path in it
     assert (tmp_path / "out" / "curves-K1-in-reward.png").exists()
     assert not (tmp_path / "gone.db").exists()  # reading never creates a store
 
@@ -200,3 +202,11 @@ def test_a_sweep_with_no_finished_cell_gives_an_empty_report_that_says_so(tmp_pa
     assert "No cell has finished training yet" in md and "| k1-reward-s0 | pending | running |" in md
     assert not list((sweep_dir / "report").glob("*.png"))
     assert json.loads(json.dumps(capsys.readouterr().out))  # printed a line, no traceback
+
+
+def test_a_report_names_a_store_without_a_machines_path_or_a_password(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert shown_uri(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}") == "sqlite:///runs/mlflow.db"
+    assert shown_uri("sqlite:////elsewhere/x/mlflow.db?mode=ro") == "a SQLite store named mlflow.db"
+    assert shown_uri("http://me:secret@10.0.0.1:5000") == "http://10.0.0.1:5000"
+    assert shown_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
