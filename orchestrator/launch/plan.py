@@ -165,8 +165,13 @@ def summary_lines(sweep: Sweep, plan: Plan) -> list[str]:
     blocks = len(spec.grid)
     values: dict[str, set[str]] = {key: set() for key in spec.axis_keys()}
     for cell in sweep.cells:
-        for key, value in cell.axes:
-            values.get(key, set()).add(format_value(value))
+        axes, config = dict(cell.axes), None
+        for key, seen in values.items():
+            if key in axes:
+                seen.add(format_value(axes[key]))
+            else:  # a key one grid block overrides: the other blocks' cells keep the base value, one more value
+                config = config if config is not None else cell.config.to_dict()
+                seen.add(format_value(_lookup(config, key)))
     axes = ", ".join(f"{key} ({len(seen)})" for key, seen in values.items())
     dropped = f", {sweep.duplicates} duplicate(s) dropped" if sweep.duplicates else ""
     seeds = ",".join(map(str, spec.seeds))
@@ -179,3 +184,13 @@ def summary_lines(sweep: Sweep, plan: Plan) -> list[str]:
         f"at most {counts['gpu_hours_max']:g} GPU-hours",
         f"run dirs: {spec.output_root}/{spec.name}/<run_key>/config.yaml",
     ]
+
+
+def _lookup(config: dict, dotted: str):
+    """A dotted key's value in a resolved config; for a config group (`model`), the group's marker "base"."""
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return "base"
+        node = node[part]
+    return "base" if isinstance(node, dict) else node

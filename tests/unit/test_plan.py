@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.cluster.executor import render_sbatch, sbatch_parameters
-from orchestrator.launch.plan import make_plan
+from orchestrator.launch.plan import make_plan, summary_lines
 from orchestrator.sweep.expand import load_sweep
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
@@ -69,3 +69,14 @@ def test_no_gpu_flag_on_a_cpu_profile():
     params = sbatch_parameters(sweep, plan, plan.groups[0])
     assert "gpus_per_node" not in params and params["partition"] == "local" and params["mem"] == "2G"
     assert "--gpus-per-node" not in render_sbatch(sweep, plan, plan.groups[0])
+
+
+def test_the_grid_summary_counts_the_base_value_a_block_overrides(tmp_path):
+    """One block sets rollout.engine: vllm; the other block's cells keep the file's hf: two values, not one."""
+    block = "    - {kl.estimator: k3, kl.placement: loss}"
+    text = (SWEEPS / "smoke.yaml").read_text().replace(block, block[:-1] + ", rollout.engine: vllm}")
+    assert "rollout.engine: vllm" in text
+    (tmp_path / "blocks.yaml").write_text(text)
+    sweep = load_sweep(tmp_path / "blocks.yaml")
+    [axes] = [line for line in summary_lines(sweep, make_plan(sweep)) if line.startswith("axes")]
+    assert axes == "axes (distinct values): kl.estimator (2), kl.placement (2), rollout.engine (2)"
