@@ -344,6 +344,9 @@ def ensure_store(tracking_uri: str) -> None:
         return
     from mlflow import MlflowClient  # noqa: PLC0415
 
+    # MLflow announces each table it creates and migrates at INFO: noise on a user's first `orchestrate sweep`.
+    for name in ("alembic", "mlflow.store.db.utils"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     Path(tracking_uri[len("sqlite:///"):].split("?", 1)[0]).parent.mkdir(parents=True, exist_ok=True)
     MlflowClient(tracking_uri=tracking_uri).search_experiments(max_results=1)
 

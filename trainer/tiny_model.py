@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from trainer import tiny_task
+from trainer.distributed import setup_environment
 from trainer.rewards import tiny_reward
 
 # transformers (seconds to import) is imported inside the functions that build the model: `orchestrate sweep`
@@ -266,7 +267,13 @@ def build_tiny_model(config: TinyModelConfig, out_dir: str | Path, progress: Pro
     """Build tokenizer, model and warm start into `out_dir` (no caching); returns what build.json records.
     `progress` hears each stage (warm-start steps, then each accuracy scored); without one, the log does."""
     from transformers import GenerationConfig  # noqa: PLC0415 - see the note at the imports
+    from transformers.utils import logging as hf_logging  # noqa: PLC0415
 
+    # save_pretrained imports DeepSpeed (its ZeRO-3 check), which warns while it guesses an accelerator unless it
+    # is told, and draws a "Writing model shards" bar for a file written in milliseconds: noise on a user's first
+    # `orchestrate sweep`, which builds the model.
+    setup_environment(cache_root().parent)
+    hf_logging.disable_progress_bar()
     out_dir, start = Path(out_dir), time.monotonic()
     threads_before = torch.get_num_threads()
     torch.set_num_threads(config.threads)  # fixed, because the reduction order (hence the weights) depends on it

@@ -187,7 +187,9 @@ class LocalBackend:
     kind = "local"
 
     def __init__(self, sweep_dir: Path, options: Options):
-        self.folder = Path(sweep_dir).absolute() / "local" / "%j"
+        # One folder for every local job (files named by job id): submitit's local controller does not expand a
+        # `%j` in the folder, and made a directory literally named `%j` beside the logs.
+        self.folder = Path(sweep_dir).absolute() / "local"
         self.options = options
         self.jobs: dict[str, tuple[object, str, float]] = {}  # job id -> (submitit job, name, submit time)
 

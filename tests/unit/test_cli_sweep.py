@@ -4,6 +4,8 @@ that touches nothing on disk."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -128,3 +130,35 @@ def test_out_of_range_numbers_are_one_message_and_write_nothing(tmp_path, capsys
     assert main(["validate", str(huge)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "a number in it is too long to read" in err and "Traceback" not in err
+
+
+# What a first run used to print that no user can act on (issue 26), matched in the whole output of the command.
+NOISE = ("INFO mlflow", "Creating initial MLflow database tables", "Updating database tables", "Writing model shards",
+         "real_accelerator", "Traceback")
+
+
+def test_a_first_run_prints_no_third_party_noise_and_leaves_no_literal_job_id_folder(tmp_path):
+    """`orchestrate sweep` in a fresh directory, a fresh SQLite store and the local executor, as `make demo` runs
+    it (the probe jobs stand in for training: the tiny model's build is the next test's), in a process of its own,
+    so that every logger and bar writes where a user would see it."""
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}"}
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "sweep", str(SWEEPS / "smoke.yaml"),
+                           "optim.steps=2", "--executor", "local", "--train-entry", "orchestrator.jobs:probe_train",
+                           "--eval-entry", "orchestrator.jobs:probe_eval", "--poll", "1"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "complete: trained" in out  # the run did run
+    assert not [n for n in NOISE if n in out], out
+    assert not list((tmp_path / "runs").rglob("%j")), "a folder literally named %j"
+
+
+def test_building_the_tiny_model_prints_nothing_but_its_progress(tmp_path):
+    """save_pretrained imports DeepSpeed (which warns while it guesses an accelerator) and draws a bar: neither
+    reaches a user's terminal when the build reports through its callback."""
+    code = ("import sys; from trainer.tiny_model import build_tiny_model, fast_config; "
+            f"build_tiny_model(fast_config(sft_steps=2), {str(tmp_path / 'model')!r}, progress=lambda *s: None)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"})
+    assert done.returncode == 0, done.stderr
+    assert not [n for n in NOISE if n in done.stdout + done.stderr], done.stdout + done.stderr
