@@ -6,7 +6,6 @@ the same store and port, as a crashed tracking server that an admin restarts wou
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 
@@ -14,6 +13,7 @@ import pytest
 
 from record.tracker import MlflowTracker
 from record.tracker_ui import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, experiment_url
+from tests.support.browser import chromium
 from tests.support.mlflow_server import MlflowServer
 from trainer.collapse_rules import CollapseVerdict
 
@@ -197,12 +197,12 @@ def test_a_job_that_starts_during_an_outage_opens_its_run_later(server, tmp_path
     assert steps_of(mlflow.MlflowClient(server.uri), tracker.run_id, "train/loss") == [1]
 
 
-@pytest.mark.skipif(not shutil.which("chromium"), reason="headless check needs Debian's chromium")
 def test_the_experiment_link_lands_on_the_runs_table(server, tmp_path):
+    binary = chromium()
     tracker = open_cell(tmp_path / "ui", server.uri, "uiCell", experiment="ui-landing")
     url = experiment_url(server.uri, tracker.experiment_id)
     dom = subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=20000", "--dump-dom", url],
         capture_output=True, text=True, timeout=120).stdout
     # The runs table, with the cell nested (collapsed) under its sweep's parent row: 2 runs, 1 row shown.

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.support.browser import chromium
 from tests.support.mlflow_server import MlflowServer
 
 pytestmark = pytest.mark.slow
@@ -30,25 +30,6 @@ EVAL = {"k1-reward-s0": {"tiny": 0.31, "tiny_ood": 0.12}, "k3-loss-s0": {"tiny":
 BROWSER = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
            "--disable-background-networking", "--disable-component-update", "--disable-sync",
            "--window-size=1920,1080", "--virtual-time-budget=15000"]
-
-
-def chromium() -> str:
-    """The chromium binary, installed with apt when missing; skip (with why) only where that cannot be done."""
-    found = shutil.which("chromium")
-    if found:
-        return found
-    if not shutil.which("apt-get"):
-        pytest.skip("Debian chromium is not installed and there is no apt-get to install it")
-    if os.geteuid() != 0 and not shutil.which("sudo"):
-        pytest.skip("Debian chromium is not installed; installing it needs root (or sudo): apt-get install chromium")
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
-        done = subprocess.run([*sudo, *cmd], capture_output=True, text=True, env=env, timeout=900)
-        if done.returncode != 0:
-            pytest.skip(f"cannot install Debian chromium ({' '.join(cmd)} exit {done.returncode}): "
-                        f"{(done.stderr or done.stdout)[-500:]}")
-    return shutil.which("chromium") or pytest.skip("apt-get installed chromium but it is not on PATH")
 
 
 def build_sweep(root: Path, uri: str) -> dict[str, dict]:
