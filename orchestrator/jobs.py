@@ -94,9 +94,17 @@ def probe_train(run_dir: Path) -> dict:
 
 
 def probe_eval(run_dir: Path) -> dict:
-    """A stand-in evaluation (until eval/run.py is there, and for fault tests): reads the final checkpoint's step
-    and fails unless training had finished, so a chained evaluation that ran too early shows up."""
-    step = json.loads(RunDir(run_dir).latest_checkpoint.read_text())["step"]
+    """A stand-in evaluation (for the machinery's tests): reads the final checkpoint's step and fails unless
+    training had finished, so a chained evaluation that ran too early shows up. A baseline's (nothing trained)
+    logs its start in starts.jsonl and takes `steps` x `sleep_s` seconds, as a base model's evaluation would."""
+    run = RunDir(run_dir)
+    if run.baseline.exists():
+        s = probe_settings(run_dir)
+        with open(run.starts, "a") as f:
+            f.write(json.dumps({"job": os.environ.get("SLURM_JOB_ID"), "code": code_dir(), "at": time.time()}) + "\n")
+        time.sleep(s["steps"] * s["sleep_s"])
+        return {"step": 0, "eval/probe/mean_at_1": 1.0}
+    step = json.loads(run.latest_checkpoint.read_text())["step"]
     target = probe_settings(run_dir)["steps"]
     if step != target:
         raise RuntimeError(f"evaluated at step {step} of {target}: training had not finished")

@@ -20,6 +20,13 @@ def baseline_ledger(sweep_dir: Path) -> Ledger:
     return Ledger(Path(sweep_dir) / DIR)
 
 
+def baselines_settled(sweep_dir: Path, declared: tuple[str, ...] | list[str] = ()) -> bool:
+    """Every baseline's evaluation is final (none: true), and each of `declared` (keys a launch is about to
+    submit) has a record: what the watcher waits for besides the cells."""
+    records = baseline_ledger(sweep_dir).records()
+    return all(key in records for key in declared) and all(r.get("final") for r in records.values())
+
+
 def baseline_state(record: dict) -> str:
     """planned, submitting, pending, evaluating, done, or the job's state (failed, ...)."""
     ev = latest(record, "eval")

@@ -8,7 +8,7 @@ sbatch for all of them as an array, then the job ids), under the sweep's lock, a
 - live or COMPLETED -> kept
 - FAILED (or cancelled, out of memory) -> kept unless `--retry-failed`
 
-Nobody resubmits a baseline between launches: `orchestrate sweep` again does (the watcher follows cells only).
+Between launches the watcher follows them by the cells' rules (orchestrator/watch/watcher.py `decide_baseline`).
 With the local executor `orchestrate sweep` waits for them after the cells (`wait_baselines`).
 """
 

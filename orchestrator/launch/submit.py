@@ -48,7 +48,8 @@ def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_faile
         records = ledger.records()
         resolved = settle_intents(ledger, backend, records)
         said = refresh(ledger, backend, records, also=watcher.ids() if watcher else ())
-        before = (lambda: watcher(records, said)) if watcher else (lambda: None)
+        declared = tuple(b.key for b in sweep.baselines)
+        before = (lambda: watcher(records, said, declared)) if watcher else (lambda: None)
         return _submit(sweep, sweep_dir, ledger, backend, options, records, retry_failed, resolved, before)
 
 

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from orchestrator.cluster.query import available
+from orchestrator.launch.baseline_ledger import baselines_settled
 from orchestrator.launch.ledger import settled
 from orchestrator.status import watcher
 from orchestrator.status.baselines import baseline_ids, baseline_rows, current_baselines
@@ -23,7 +24,8 @@ def read(sweep_dir: Path) -> tuple[dict[str, dict], dict | None, dict[str, dict]
     bases = current_baselines(sweep_dir, said if base_ids else {})
     if not (on_slurm(records) and available()):
         return records, None, bases
-    return records, watcher.status_of(info, said, settled(records), sweep_dir, time.time()), bases
+    done = settled(records) and baselines_settled(sweep_dir)
+    return records, watcher.status_of(info, said, done, sweep_dir, time.time()), bases
 
 
 def all_rows(sweep_dir: Path) -> list[dict]:

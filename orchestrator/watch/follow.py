@@ -11,15 +11,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from orchestrator.console import console
-from orchestrator.launch.ledger import Ledger, cell_status, settled
+from orchestrator.launch.ledger import Ledger, cell_status
 from orchestrator.tracking.sweep_run import close_parent
 from orchestrator.watch.watcher import Watcher
 
 
 def follow(sweep_dir: Path, backend, max_retries: int, poll_s: float, timeout_s: float | None = None,
            parallelism: int = 1, out: Console | None = None) -> int:
-    """Hold the sweep's lock and run the watcher with a progress bar until every cell is final. Exit status 0
-    when every cell completed, 1 otherwise."""
+    """Hold the sweep's lock and run the watcher with a progress bar until every cell (and every baseline) is
+    final. Exit status 0 when every cell completed, 1 otherwise."""
     out, ledger = out or console(), Ledger(sweep_dir)
     with ledger.lock("orchestrate watch", stale_s=max(600.0, 10 * poll_s), wait_s=60.0) as keep_alive:
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -36,7 +36,7 @@ def follow(sweep_dir: Path, backend, max_retries: int, poll_s: float, timeout_s:
             records = watcher.run(poll_s, timeout_s, on_poll, keep_alive)
     counts = Counter(cell_status(r) for r in records.values())
     out.print(f"{sweep_dir.name}: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
-    if not settled(records):
+    if not watcher.settled(records):
         out.print(f"stopped following; the jobs go on. `orchestrate watch {sweep_dir}` picks it up again")
     else:
         out.print(close_parent(records))

@@ -16,6 +16,7 @@ from pathlib import Path
 from orchestrator.cluster.executor import SlurmBackend, load_options, submit_watcher, watcher_name
 from orchestrator.cluster.profile import mem_param
 from orchestrator.cluster.query import SlurmError
+from orchestrator.launch.baseline_ledger import baselines_settled
 from orchestrator.launch.ledger import Ledger, SweepBusy, cell_status, settled
 from orchestrator.status import watcher as ws
 from orchestrator.tracking.sweep_run import close_parent
@@ -66,10 +67,10 @@ def watch_job(sweep_dir: str, max_retries: int = 3, poll_s: float = DEFAULT_POLL
             yield
             ws.mark_poll(Path(sweep_dir), me, time.time())
 
+    watcher = Watcher(ledger, backend, max_retries, log=lambda line: print(line, flush=True))
     while not stop():
-        records = Watcher(ledger, backend, max_retries, log=lambda line: print(line, flush=True)).run(
-            poll_s, stop=stop, guard=one_poll)
-        if superseded or not settled(records):
+        records = watcher.run(poll_s, stop=stop, guard=one_poll)
+        if superseded or not watcher.settled(records):
             break
         if _close_settled(ledger, Path(sweep_dir), me):
             return "settled"
@@ -91,7 +92,7 @@ def _close_settled(ledger: Ledger, sweep_dir: Path, me: str) -> bool:
     try:
         with ledger.lock("orchestrate watch --as-job (closing)", wait_s=60.0):
             records = ledger.records()
-            if not settled(records):
+            if not (settled(records) and baselines_settled(sweep_dir)):
                 return False
             try:
                 print(close_parent(records), flush=True)
@@ -154,8 +155,10 @@ class Starter:
     def ids(self) -> list[str]:
         return ws.ids_to_ask(ws.read_info(self.sweep_dir))
 
-    def __call__(self, records: dict[str, dict], rows: dict) -> str:
-        start, why = ws.should_start(ws.read_info(self.sweep_dir), rows, settled(records), time.time())
+    def __call__(self, records: dict[str, dict], rows: dict, declared: tuple[str, ...] = ()) -> str:
+        """`declared`: the baselines the launch is about to submit (they too keep a watcher busy)."""
+        done = settled(records) and baselines_settled(self.sweep_dir, declared)
+        start, why = ws.should_start(ws.read_info(self.sweep_dir), rows, done, time.time())
         if not start:
             return f"no watcher job submitted: {why}"
         try:

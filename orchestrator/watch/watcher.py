@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from orchestrator.cluster.entry import PREEMPTED_EXIT
 from orchestrator.cluster.query import SlurmError
+from orchestrator.launch.baseline_ledger import baseline_ledger, baselines_settled
 from orchestrator.launch.intents import submit_jobs
 from orchestrator.launch.ledger import (
     KINDS,
@@ -88,6 +89,21 @@ def decide(record: dict, verdict: str | None, now: float, max_retries: int = 3,
     return _after_failure(record, train, verdict, now, max_retries, grace_s)
 
 
+def decide_baseline(record: dict, now: float, max_retries: int = 3, grace_s: float = REQUEUE_GRACE_S
+                    ) -> Action | None:
+    """A baseline's next step (orchestrator/launch/baselines.py: one evaluation, nothing trained), by the cells'
+    rules: an infrastructure failure resubmitted within the budget, a user's cancellation or a repeated error
+    never; a completed evaluation made final. Pure."""
+    if record.get("final"):
+        return None
+    ev = latest(record, "eval")
+    if ev is None or ev["state"] in LIVE:
+        return None  # planned (the launch submits it) or still in Slurm's hands
+    if ev["state"] == "COMPLETED":
+        return Action(record["run_key"], "complete", f"evaluated ({ev['job_id']})", kind="eval", status="completed")
+    return _after_failure(record, ev, None, now, max_retries, grace_s)
+
+
 def _waiting_evals(record: dict) -> tuple[str, ...]:
     ev = latest(record, "eval")
     return (ev["job_id"],) if ev and ev["job_id"] and ev["state"] in LIVE else ()
@@ -143,14 +159,17 @@ def _after_failure(record: dict, job: dict, verdict: str | None, now: float, max
 
 
 class Watcher:
-    """Poll the ledger and Slurm, act on `decide`, record every decision; local: also start queued cells."""
+    """Poll the ledger and Slurm, act on `decide` (`decide_baseline` for the sweep's baselines), record every
+    decision; local: also start queued cells."""
 
     def __init__(self, ledger: Ledger, backend, max_retries: int = 3, parallelism: int = 1,
                  grace_s: float = REQUEUE_GRACE_S, log=None):
         self.ledger, self.backend, self.max_retries = ledger, backend, max_retries
         self.parallelism, self.grace_s, self.log = parallelism, grace_s, log or (lambda line: None)
+        self.baselines = baseline_ledger(ledger.sweep_dir)  # the base models' evaluations, followed alike
 
     def poll(self) -> dict[str, dict]:
+        """One poll of the cells, then of the baselines (one sacct each); returns the cells' records."""
         records = self.ledger.records()
         settle_intents(self.ledger, self.backend, records)
         refresh(self.ledger, self.backend, records)
@@ -160,10 +179,23 @@ class Watcher:
                 self.act(record, action)
         if self.backend.kind == "local":
             self._start_queued(records)
+        bases = self.baselines.records()
+        if bases:
+            settle_intents(self.baselines, self.backend, bases)
+            refresh(self.baselines, self.backend, bases)
+            for record in bases.values():
+                action = decide_baseline(record, time.time(), self.max_retries, self.grace_s)
+                if action is not None:
+                    self.act(record, action, self.baselines)
         return records
 
-    def act(self, record: dict, action: Action) -> None:
-        now = time.time()
+    def settled(self, records: dict[str, dict]) -> bool:
+        """Every cell final, and every baseline's evaluation."""
+        return settled(records) and baselines_settled(self.ledger.sweep_dir)
+
+    def act(self, record: dict, action: Action, ledger: Ledger | None = None) -> None:
+        """Carry out `action` on a record of `ledger` (the cells' by default; the baselines' for theirs)."""
+        ledger, now = ledger or self.ledger, time.time()
         self.log(f"{record['name']} ({record['run_key']}): {action.do}: {action.reason}")
         cancel = list(action.cancel)
         if action.do == "resubmit" and action.kind == "train":
@@ -179,11 +211,11 @@ class Watcher:
                 note(record, "cancel_failed", f"scancel {' '.join(cancel)}: {err}", now)
         if action.do in ("give_up", "complete"):
             finish(record, action.status, action.reason, now)
-            self.ledger.save(record)
+            ledger.save(record)
             return
         note(record, action.do, action.reason, now)
         kinds = ("train", "eval") if action.do == "resubmit" and action.kind == "train" else ("eval",)
-        submit_jobs(self.backend, self.ledger, [record], kinds)
+        submit_jobs(self.backend, ledger, [record], kinds)
 
     def _start_queued(self, records: dict[str, dict]) -> None:
         live = sum(1 for r in records.values() for k in KINDS if (j := latest(r, k)) and j["state"] in LIVE)
@@ -217,7 +249,7 @@ class Watcher:
             next_poll = min(time.monotonic() + poll_s, deadline)
             while time.monotonic() < next_poll and not stop():
                 time.sleep(min(1.0, max(0.0, next_poll - time.monotonic())))
-            if settled(records) or time.monotonic() >= deadline or stop():
+            if self.settled(records) or time.monotonic() >= deadline or stop():
                 return records
 
 

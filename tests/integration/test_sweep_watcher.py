@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.launch.baseline_ledger import baseline_ledger
 from orchestrator.launch.ledger import Ledger, attempts, latest
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import make_plan
 from orchestrator.sweep.expand import load_sweep
+from tests.support.fault_row import probe_row
 from tests.support.slurm_queue import cancel_named
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -176,3 +178,40 @@ def test_no_watcher_starts_none_status_says_how_and_a_relaunch_replaces_a_gone_o
     assert f"watcher.json names watcher job 1, not this one ({second}): this one ends" in log, log
     # two watcher jobs in all: the scancelled one and the superseded one handed over to none
     assert set(watcher_jobs(name, started)) == {first, second}
+
+
+@pytest.mark.fault_matrix
+@pytest.mark.parametrize("sweep_args", [ONE_CPU], indirect=True)
+def test_the_watcher_job_resubmits_a_baseline_killed_mid_evaluation_and_waits_for_it(sweep_args, tmp_path):
+    """A base model's evaluation (sweep.baselines) SIGKILLed while it runs: the sweep's watcher job follows the
+    baselines by the cells' rules, resubmits it (a kill is an infrastructure failure), and ends only once it has
+    completed, although the cells were settled long before."""
+    name, args, sweep_dir = sweep_args
+    args = [*args, "sweep.baselines=[{model: tiny}]"]
+    started, clock = time.time(), time.monotonic()
+    probes(args, {"steps": 2, "sleep_s": 0.2}, {"steps": 2, "sleep_s": 0.2})
+    (base,) = load_sweep(args[0], args[1:]).baselines
+    base_dir = sweep_dir / "baselines" / base.key
+    (base_dir / "probe.json").write_text(json.dumps({"steps": 1, "sleep_s": 25.0}))  # evaluates for 25 s
+    first = orchestrate("sweep", *args, *PROBE, "--poll", "2", cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "baselines: 1 evaluation(s) of a base model submitted" in first.stdout, first.stdout
+    bases = baseline_ledger(sweep_dir)
+
+    job = wait("the baseline's evaluation running", lambda: (
+        j if (j := latest(bases.load(base.key), "eval"))["job_id"] and squeue_state(j["job_id"]) == "RUNNING"
+        and (base_dir / "starts.jsonl").exists() else None), timeout_s=180)
+    subprocess.run(["scancel", "--signal=KILL", job["job_id"]], check=True)
+
+    ended = wait("the watcher ending on the settled sweep",
+                 lambda: json.loads((sweep_dir / "watcher.json").read_text()).get("ended"), timeout_s=420, every_s=2)
+    record = bases.load(base.key)
+    states = [a["state"] for a in attempts(record, "eval")]
+    assert states == ["CANCELLED", "COMPLETED"], record
+    assert record["final"]["status"] == "completed" and any(d["action"] == "resubmit" for d in record["decisions"])
+    assert len((base_dir / "starts.jsonl").read_text().splitlines()) == 2  # it ran twice, no more
+    assert all(r["final"]["status"] == "completed" for r in Ledger(sweep_dir).records().values())
+    assert ended["why"].startswith("the sweep is settled"), ended
+    probe_row("baseline-killed", "SIGKILL of a baseline's evaluation (sweep.baselines)", "scancel --signal=KILL "
+              "while it runs; the cells already settled", record, started, "1/1 (the baseline evaluated)",
+              time.monotonic() - clock)

@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.cluster.entry import PREEMPTED_EXIT
 from orchestrator.launch import ledger as L
+from orchestrator.launch.baseline_ledger import baseline_ledger
 from orchestrator.launch.ledger import Ledger
 from orchestrator.launch.plan import triage
-from orchestrator.watch.watcher import REQUEUE_GRACE_S, Watcher, decide
+from orchestrator.watch.watcher import REQUEUE_GRACE_S, Watcher, decide, decide_baseline
 
 NOW = 10_000.0
 
@@ -196,3 +200,76 @@ def test_a_watcher_holding_the_lock_poll_by_poll_skips_a_poll_while_the_sweep_is
     free: list[str] = []
     Watcher(ledger, Idle(), log=free.append).run(poll_s=0.05, timeout_s=0.3, guard=one_poll)
     assert free == [] and not (ledger.dir / ".lock").exists()
+
+
+# --- the baselines: one evaluation each, followed by the cells' rules -------------------------------------------
+
+@pytest.mark.parametrize("state", ["NODE_FAIL", "PREEMPTED", "TIMEOUT", "CANCELLED", "VANISHED", "LOST"])
+def test_a_baseline_ended_by_the_infrastructure_is_evaluated_again(state):
+    action = decide_baseline(cell(evaluation(state)), NOW)
+    assert action.do == "resubmit" and action.kind == "eval" and not action.cancel
+
+
+def test_a_baseline_follows_the_cells_rules_for_the_rest():
+    assert decide_baseline(cell(evaluation("COMPLETED")), NOW).status == "completed"
+    assert decide_baseline(cell(evaluation("RUNNING")), NOW) is None  # in Slurm's hands
+    assert decide_baseline(cell(), NOW) is None  # not submitted yet: the launch's
+    assert decide_baseline(cell(evaluation("FAILED"), final={"status": "gave_up"}), NOW) is None
+    assert decide_baseline(cell(evaluation("FAILED", exit_code="1:0")), NOW).do == "resubmit"  # once
+    twice = cell(evaluation("FAILED", exit_code="1:0"), evaluation("FAILED", exit_code="1:0"))
+    assert decide_baseline(twice, NOW).status == "gave_up"
+    assert decide_baseline(cell(evaluation("CANCELLED"), cancelled=True), NOW).status == "cancelled"
+    spent = cell(*[evaluation("NODE_FAIL")] * 4)
+    assert decide_baseline(spent, NOW, max_retries=3).status == "gave_up"
+
+
+class FakeBackend:
+    """Slurm's answers for fixed job states, and the sbatch calls made (job ids 9xx)."""
+
+    kind = "slurm"
+
+    def __init__(self, jobs: dict[str, tuple[str, str, float]]):
+        self.jobs, self.submitted = jobs, []  # job id -> (name, state, submit time)
+
+    def rows(self, job_ids):
+        return {j: [L.JobRow(j, name, state, "0:0", submit=at, end=at)]
+                for j in job_ids if j in self.jobs for name, state, at in [self.jobs[j]]}
+
+    def queued(self, names):
+        return {}
+
+    def find(self, names, since):
+        return {}
+
+    def cancel(self, job_ids):
+        pass
+
+    def submit(self, kind, entry, run_dirs, params, name, code, dependency=None, parallelism=1):
+        self.submitted.append((kind, name))
+        job_id = f"9{len(self.submitted):02d}"
+        self.jobs[job_id] = (name, "PENDING", time.time())
+        return [SimpleNamespace(job_id=job_id, stdout="", stderr="") for _ in run_dirs]
+
+
+def test_the_watcher_resubmits_a_baseline_killed_by_a_node_failure_and_waits_for_it(tmp_path):
+    """A settled set of cells is not a settled sweep while a baseline's evaluation is still to run: the watcher
+    resubmits the baseline (its own ledger, the eval entry) and ends only once it is final."""
+    ledger, bases = Ledger(tmp_path), baseline_ledger(tmp_path)
+    done = cell(train("COMPLETED"), evaluation("COMPLETED"), final={"status": "completed"})
+    ledger.save({**done, "run_key": "c1"})
+    base = L.new_record("sw", "b1", "qwen-base", {}, str(tmp_path / "baselines" / "b1"))
+    L.add_attempt(base, "eval", "sw-eval-b1-a1", 100.0, job_id="77", state="RUNNING")
+    base.update(code="/code", entries={"eval": "orchestrator.jobs:eval_job"}, params={"eval": {"time": 5}})
+    bases.save(base)
+    backend = FakeBackend({"77": ("sw-eval-b1-a1", "NODE_FAIL", 150.0)})
+    watcher = Watcher(ledger, backend, grace_s=0.0)
+    records = watcher.poll()
+    assert backend.submitted == [("eval", "sw-eval-b1-a2")] and not watcher.settled(records)
+    again = bases.load("b1")
+    assert [j["state"] for j in again["jobs"]] == ["NODE_FAIL", "SUBMITTED"] and again["decisions"][-1]["action"] \
+        == "resubmit"
+    job = again["jobs"][-1]["job_id"]
+    backend.jobs[job] = (*backend.jobs[job][:1], "COMPLETED", backend.jobs[job][2])
+    records = watcher.poll()
+    assert watcher.settled(records) and bases.load("b1")["final"]["status"] == "completed"
+    assert backend.submitted == [("eval", "sw-eval-b1-a2")]  # nothing more

@@ -176,7 +176,7 @@ class FakeStarter:
     def ids(self):
         return self._ids
 
-    def __call__(self, records, rows):
+    def __call__(self, records, rows, declared=()):
         self.calls.append(("watcher", sorted(rows), len(records)))
         return "started"
 
