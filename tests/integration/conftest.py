@@ -7,8 +7,8 @@ session: the next session (or a developer) reuses it instead of paying for a bri
 
 from __future__ import annotations
 
+import functools
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,9 +33,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slurm: needs the local Slurm cluster (brought up by the slurm_cluster fixture)")
 
 
-@pytest.fixture(scope="session")
-def slurm_cluster() -> Iterator[LocalSlurm]:
-    """Bring the local cluster up (or find it up). A failed bring-up errors the test, never skips it."""
+@functools.cache
+def bring_up() -> LocalSlurm:
+    """Bring the local cluster up (or find it up), once per session. A failed bring-up errors the test, never
+    skips it."""
     try:
         proc = subprocess.run([str(LOCAL_CLUSTER), "up"], capture_output=True, text=True, timeout=UP_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
@@ -51,11 +52,18 @@ def slurm_cluster() -> Iterator[LocalSlurm]:
     if not default:
         pytest.fail(f"the local cluster has no default partition; sinfo says:\n{sinfo.stdout}", pytrace=False)
     partition, node = default[0]
-    yield LocalSlurm(partition=partition.rstrip("*"), hostname=node)
+    return LocalSlurm(partition=partition.rstrip("*"), hostname=node)
 
 
-@pytest.fixture(autouse=True)
-def _slurm_marked_tests_get_the_cluster(request: pytest.FixtureRequest) -> None:
-    """A test marked `slurm` gets the cluster brought up even if it does not name the fixture."""
-    if request.node.get_closest_marker("slurm"):
-        request.getfixturevalue("slurm_cluster")
+@pytest.fixture(scope="session")
+def slurm_cluster() -> LocalSlurm:
+    return bring_up()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked `slurm` finds the cluster up before ANY of its fixtures is set up, whatever their scope: a
+    module-scoped fixture that launches a sweep is set up before a function-scoped autouse one could bring the
+    cluster up, and on a machine where Slurm was never installed it met no `sbatch` (issue 33)."""
+    if item.get_closest_marker("slurm"):
+        bring_up()
