@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from trainer import build_lock
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -31,6 +33,7 @@ class DistInfo:
 
 
 _STANDALONE_KEYS: dict[str, str] = {}  # what a standalone init put in os.environ, removed by teardown
+_SENTINELS: list[build_lock.Sentinel] = []  # the build-lock watch of an init, stopped by teardown
 
 
 def _free_port() -> int:
@@ -67,6 +70,10 @@ def setup_environment(cache_dir: Path) -> None:
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(cache_dir / "torch_extensions"))
 
 
+def _say(text: str) -> None:
+    print(text, flush=True)  # a job log read while the job waits
+
+
 def init(cache_dir: Path) -> DistInfo:
     """Initialise the process group (gloo on CPU, nccl on GPU) through DeepSpeed, from Slurm or standalone."""
     setup_environment(cache_dir)
@@ -78,6 +85,11 @@ def init(cache_dir: Path) -> DistInfo:
                "MASTER_PORT": str(_free_port())}
         _STANDALONE_KEYS.update(env)
     os.environ.update(env or {})
+    # A build lock left by a job killed mid-build would hold DeepSpeed's first op load for ever (trainer/build_lock.py).
+    extensions = Path(os.environ["TORCH_EXTENSIONS_DIR"])
+    build_lock.clear(extensions, say=_say)
+    if not _SENTINELS:
+        _SENTINELS.append(build_lock.Sentinel(extensions, say=_say).start())
     # Here, not at the top: DeepSpeed picks its accelerator when first imported, so after setup_environment.
     import deepspeed  # noqa: PLC0415
 
@@ -100,6 +112,8 @@ def teardown() -> None:
         if os.environ.get(key) == value:
             del os.environ[key]
     _STANDALONE_KEYS.clear()
+    while _SENTINELS:
+        _SENTINELS.pop().stop()
     groups = sys.modules.get("deepspeed.utils.groups")
     if groups is not None:
         for name in ("_WORLD_GROUP", "_ZERO_PARAM_INTRA_PARALLEL_GROUP", "_TENSOR_MODEL_PARALLEL_GROUP",

@@ -23,6 +23,7 @@ from tests.support.fault_row import histories, measured
 from tests.support.fault_sweep import REAL, REAL_CELL, FaultSweep, job_environment
 from tests.support.slurm_queue import step_pids
 from tests.support.tracking_server import kill_mlflow, server_fixture
+from trainer.build_lock import STALE_ENV, local_holder
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.fault_matrix, pytest.mark.reliability]
 
@@ -225,6 +226,55 @@ def test_the_tracking_store_down_mid_run_loses_no_metric_and_logs_none_twice(cel
     assert "MLflow store unreachable" in log, "the outage did not reach the job:\n" + log[-3000:]
     measured("store-unreachable", "tracking store unreachable for part of a run",
              "the MLflow server (orchestrate tracking) SIGKILLed after step 2, back 10 s later", fs, reference,
+             started)
+
+
+# --- a job killed during DeepSpeed's first JIT build -----------------------------------------------------------------
+
+def wait_for_the_build(lock: Path, timeout_s: float = 600.0) -> str:
+    """Until a job is compiling the op (its lock and build.ninja written, ninja started): the builder seen."""
+    deadline = time.monotonic() + timeout_s
+    while not (lock.exists() and (lock.parent / "build.ninja").exists()):
+        assert time.monotonic() < deadline, f"no build of {lock.parent.name} started in {timeout_s}s"
+        time.sleep(0.2)
+    time.sleep(2)  # the compilers under way
+    holder = local_holder(lock)
+    assert holder, f"{lock} exists but no process on this host builds: the build ended before the kill"
+    return holder
+
+
+def test_a_job_killed_mid_build_leaves_a_lock_the_next_job_takes_over(cell, reference, tmp_path, monkeypatch):
+    """The first job to load DeepSpeed's shm op builds it; killed mid-build it leaves the op's lock, on which torch
+    would have every later job wait for ever. The resubmitted job finds the lock stale (trainer/build_lock.py),
+    takes it over, says so, builds the op and trains to the end."""
+    started = time.monotonic()
+    extensions = tmp_path / "torch_extensions"  # empty, so the row's first job builds; the project's cache untouched
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(extensions))  # sbatch exports both to the jobs, the watcher's too
+    monkeypatch.setenv(STALE_ENV, "45")  # 15 minutes by default
+    fs = cell()
+    fs.launch()
+    lock = extensions / "deepspeed_shm_comm" / "lock"
+    builder = wait_for_the_build(lock)
+    job = fs.train_job()["job_id"]
+    # SIGKILL to every process of the step at once, the build's own included (they inherit the step's
+    # environment): what the OOM killer or a lost node does. scancel would not do: Slurm sends SIGTERM first,
+    # ninja stops, and torch removes its lock as the build fails.
+    pids = step_pids(job)
+    assert pids, f"no process of job {job} found"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    fs.wait_for_state(job, {"FAILED", "CANCELLED"})
+    assert lock.exists(), "the killed build left no lock: the row tests nothing"
+    print(f"SIGKILLed {len(pids)} processes of job {job} while {builder}")
+    record = fs.follow()
+    trains = [j for j in record["jobs"] if j["kind"] == "train"]
+    assert len(trains) == 2 and trains[0]["state"] != "COMPLETED", trains
+    log = job_log(trains[-1])
+    assert f"[build-lock] took over the stale build lock {lock} (age" in log, log[-3000:]
+    assert (extensions / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").exists() and not lock.exists()
+    measured("build-lock", "a job killed during DeepSpeed's first JIT build of an op",
+             f"`kill -9` of every process of the job ({len(pids)}: the rank and the compilers) while ninja built "
+             f"deepspeed_shm_comm into an empty TORCH_EXTENSIONS_DIR (its lock left); {STALE_ENV}=45", fs, reference,
              started)
 
 
