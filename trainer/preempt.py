@@ -1,9 +1,16 @@
 """Preemption and time limits: catch Slurm's warning signal, checkpoint at the next step boundary, requeue.
 
-Slurm sends SIGUSR2 (submitit's `--signal=USR2@<delay>`) before a time limit or a preemption. Saving a ZeRO-3
-checkpoint inside a signal handler, in the middle of a backward pass, is unsafe, so the handler only raises a
-flag; the loop checks it after every step. All ranks must checkpoint at the same step (saving is collective),
-so the flag is agreed on with an all-reduce.
+Slurm sends SIGUSR2 (submitit's `--signal=USR2@<delay>`) before a time limit or a preemption: the job checkpoints
+and asks Slurm to requeue it. SIGTERM is Slurm ending the job (a user's `scancel`, `scancel --signal=KILL` too,
+which Slurm 22.05 delivers as SIGTERM then SIGKILL; a preemption's grace time over; the time limit; a node going
+down): the job checkpoints what it can and never requeues itself. Whether it comes back is Slurm's (a requeue of
+a node failure, PreemptMode=REQUEUE) or the watcher's to decide: a requeue asked from inside a job being
+cancelled brought it back under the same job id 22 s after a kill (the fault matrix's unexplained
+`scontrol requeue`, issues 26 and 33), behind the back of the user and of the watcher.
+
+Saving a ZeRO-3 checkpoint inside a signal handler, in the middle of a backward pass, is unsafe, so the handler
+only raises a flag; the loop checks it after every step. All ranks must checkpoint at the same step (saving is
+collective), so the flags are agreed on with an all-reduce.
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ class Preemption:
     SIGNALS = (signal.SIGUSR2, signal.SIGTERM)
 
     def __init__(self) -> None:
-        self.requested = False
+        self.requested = False  # a signal came: checkpoint at the next step boundary
+        self.warned = False  # it was the warning (SIGUSR2): requeue after the checkpoint
+        self.requeue = False  # agreed: some rank was warned
         self._previous = {}
         for sig in self.SIGNALS:
             try:
@@ -31,10 +40,14 @@ class Preemption:
 
     def _handle(self, signum, frame) -> None:
         self.requested = True
+        self.warned = self.warned or signum == signal.SIGUSR2
 
     def agreed(self, device: torch.device) -> bool:
-        """True on every rank if any rank was signalled."""
-        return bool(all_reduce_max([1.0 if self.requested else 0.0], device)[0])
+        """True on every rank if any rank was signalled; `requeue` then says whether any was warned (one
+        all-reduce for both, so every rank makes the same collective calls)."""
+        requested, warned = all_reduce_max([float(self.requested), float(self.warned)], device)
+        self.requeue = bool(warned)
+        return bool(requested)
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():

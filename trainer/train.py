@@ -148,7 +148,8 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
             if preempted:
                 status = "KILLED"
                 run.tracker.close(status)
-                requeue_self()
+                if preempt.requeue:  # the warning signal; a SIGTERM is Slurm ending the job (trainer/preempt.py)
+                    requeue_self()
                 return {"metrics": last, "verdict": run.monitor.verdict_dict(), "preempted": True}
             if stop:
                 break
