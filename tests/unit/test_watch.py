@@ -273,3 +273,37 @@ def test_the_watcher_resubmits_a_baseline_killed_by_a_node_failure_and_waits_for
     records = watcher.poll()
     assert watcher.settled(records) and bases.load("b1")["final"]["status"] == "completed"
     assert backend.submitted == [("eval", "sw-eval-b1-a2")]  # nothing more
+
+
+def test_a_job_slurm_requeues_in_place_is_never_submitted_again_beside_it(tmp_path):
+    """The race behind the fault matrix's requeue in place, forced: a training ends CANCELLED (killed), and while
+    the watcher polls, Slurm brings the same job id back (sacct's newest record PENDING, then RUNNING), as it does for
+    a node failure of a --requeue job. The watcher submits no second training beside it; it submits only the
+    evaluation once the requeued job has completed."""
+    ledger = Ledger(tmp_path)
+    record = L.new_record("sw", "k1", "cell", {}, str(tmp_path / "k1"))
+    L.add_attempt(record, "train", "sw-train-k1-a1", time.time() - 100, job_id="5", state="RUNNING")
+    record.update(code="/code", entries={"train": "t", "eval": "e"}, params={"train": {}, "eval": {}})
+    ledger.save(record)
+    now = time.time()
+    killed = ("sw-train-k1-a1", "CANCELLED", now - 90)  # a requeue moves Submit forward: the newer record wins
+    history = [[killed], [killed, ("sw-train-k1-a1", "PENDING", now - 60)],
+               [killed, ("sw-train-k1-a1", "RUNNING", now - 60)], [killed, ("sw-train-k1-a1", "COMPLETED", now - 60)]]
+
+    class Requeuing(FakeBackend):
+        def rows(self, job_ids):
+            return {"5": [L.JobRow("5", name, state, "0:15", submit=at, end=now - 1) for name, state, at in
+                          self.history[0]]} if "5" in job_ids else {}
+
+    backend = Requeuing({})
+    # Inside the grace period every poll waits; past it, a poll that sees the requeue (the same id live again)
+    # still waits. (Past the grace with no requeue in sight, the kill is resubmitted: the rule's other side.)
+    for grace, seen in ((120.0, history[:3]), (0.0, history[1:3])):
+        for rows in seen:
+            backend.history = [rows]
+            Watcher(ledger, backend, grace_s=grace).poll()
+            assert backend.submitted == [], (grace, rows)
+    backend.history = [history[3]]
+    Watcher(ledger, backend, grace_s=0.0).poll()
+    assert [kind for kind, _ in backend.submitted] == ["eval"]
+    assert len(L.attempts(ledger.load("k1"), "train")) == 1
