@@ -17,6 +17,7 @@ The same entry point runs in a shell (`orchestrate train`) and inside a Slurm jo
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ from trainer.collapse import CollapseMonitor
 from trainer.collapse_rules import CollapseConfig
 from trainer.config import RunConfig
 from trainer.data import load_examples
+from trainer.fingerprint import fingerprint
 from trainer.kl import describe_objective
 from trainer.models import build_engine, build_rollout, model_path
 from trainer.objective import rl_loss, shaped_advantages
@@ -103,6 +105,10 @@ def objective_manifest(cfg: RunConfig) -> dict:
         "updates_per_batch": cfg.optim.updates_per_batch,
         "ppo_clip": algo.clip_eps,
         "async_level": cfg.rollout.async_level,
+        # The gradient this code's loss path gives on a fixed probe (trainer/fingerprint.py), and the code that
+        # computed it: a relaunch after a change of gradient under unchanged settings shows here.
+        "fingerprint": fingerprint(cfg.kl, cfg.algorithm),
+        "code": os.environ.get("COMEDY_CODE") or str(Path(__file__).resolve().parents[1]),
     }
 
 
@@ -261,7 +267,8 @@ def _open_tracker(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo,
     config, sweep = cfg.to_dict(), read_manifest(ctx.run_dir.parent) if ctx.sweep_id else {}
     tracker.open_run(ctx.run_key, cfg.tracking.experiment or "comedy", uri,
                      {**flatten_params(config), **axis_params(config, ctx.axes)},
-                     {"objective/target": manifest["kl_target"]}, parent_run_key=ctx.parent_run_key,
+                     {"objective/target": manifest["kl_target"],
+                      "objective/fingerprint": manifest["fingerprint"]["hash"]}, parent_run_key=ctx.parent_run_key,
                      sweep_id=ctx.sweep_id, run_name=cell_run_name(sweep, ctx.axes, ctx.run_key),
                      parent_tags=sweep_tags(sweep) if ctx.parent_run_key else None,
                      parent_params=parent_params(sweep) if ctx.parent_run_key else None,
