@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 from orchestrator.cluster.query import available
-from orchestrator.launch.baseline_ledger import baselines_settled
 from orchestrator.launch.ledger import settled
 from orchestrator.status import watcher
 from orchestrator.status.baselines import baseline_ids, baseline_rows, current_baselines
@@ -24,7 +23,7 @@ def read(sweep_dir: Path) -> tuple[dict[str, dict], dict | None, dict[str, dict]
     bases = current_baselines(sweep_dir, said if base_ids else {})
     if not (on_slurm(records) and available()):
         return records, None, bases
-    done = settled(records) and baselines_settled(sweep_dir)
+    done = settled(records) and all(r.get("final") for r in bases.values())  # the baselines too
     return records, watcher.status_of(info, said, done, sweep_dir, time.time()), bases
 
 
