@@ -65,7 +65,9 @@ def test_sweep_returns_once_submitted_then_status_cancel_watch_and_logs(sweep_ar
 
     status = orchestrate("status", str(sweep_dir), "--json", cwd=tmp_path)
     assert status.returncode == 0, status.stderr
-    assert {row["run_key"] for row in json.loads(status.stdout)} == {first_cell, waiting}
+    rows = json.loads(status.stdout)
+    assert {row["run_key"] for row in rows if not row.get("watcher")} == {first_cell, waiting}
+    assert rows[-1]["watcher"] and rows[-1]["job_id"] is None and not rows[-1]["following"]  # --no-watcher
 
     # a pending array task cancelled never gets a sacct record: the watcher must still see it as the user's
     cancel = orchestrate("cancel", str(sweep_dir), "--run", waiting[:6], cwd=tmp_path)
