@@ -1,8 +1,10 @@
-"""run_key: the identity of one cell, a hash of its resolved run config (STYLE.md rule 7); and its readable name.
+"""run_key: the identity of one cell, a hash of what its training computes (STYLE.md rule 7); eval_id, its
+evaluation's; and the cell's readable name.
 
 The same key names the run dir, the Slurm job and the MLflow run, which is what makes a relaunch idempotent:
 the same sweep gives the same keys on any machine, in any process, in any dict order; any change to what the
-run computes gives a new key. No timestamps, no paths of this machine, nothing random.
+run computes gives a new key, and nothing else does (record/fields.py classifies every field: what evaluates
+enters `eval_id`, machinery enters neither). No timestamps, no paths, nothing random.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
 from typing import Any
 
+from record import fields as fields_table
+from record.weights import model_identity
+
 KEY_HEX = 12  # 48 bits: a collision among 10^5 cells has odds of about 1e-5, and expansion checks for it
-# Where a run logs, not what it computes: moving the MLflow server must not turn every run into a new one
-# (a resumed run keeps logging to the store it started in; see orchestrator/launch/materialise.py).
+# The sections no identity reads at all (record/fields.py classifies every field; these hold nothing else).
 EXCLUDED = ("tracking",)
+MODEL_FIELD, WEIGHTS = "model.name_or_path", "weights"  # the path gives way to what the weights are
 
 
 def canonical_json(data: Mapping) -> str:
@@ -25,31 +30,69 @@ def canonical_json(data: Mapping) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
-def identity_dict(config) -> dict:
-    """The resolved config minus the EXCLUDED sections: a run config dataclass (trainer/config.py RunConfig), or a
-    mapping taken as its `to_dict()` output."""
+def identity_dict(config, kind: str = fields_table.COMPUTES) -> dict:
+    """The fields of one class (record/fields.py) of a run config (a RunConfig dataclass, or a mapping taken as
+    its `to_dict()` output), nested as the config nests them; for the training identity, the model's path is
+    replaced by its weights' identity (record/weights.py)."""
     data = config.to_dict() if is_dataclass(config) else dict(config)
-    return {k: v for k, v in data.items() if k not in EXCLUDED}
+    out: dict = {}
+    for name, value in data.items():
+        if isinstance(value, Mapping) and name != "collapse":
+            kept = _section(name, value, kind)
+            if kept:
+                out[name] = kept
+        elif fields_table.FIELDS.get(name) == kind:
+            out[name] = value
+    return out
+
+
+def _section(name: str, values: Mapping, kind: str) -> dict:
+    kept = {k: v for k, v in values.items() if fields_table.FIELDS.get(f"{name}.{k}") == kind}
+    if kind == fields_table.COMPUTES and name == "model" and "name_or_path" in values:
+        kept[WEIGHTS] = model_identity(str(values["name_or_path"]))
+    return kept
 
 
 def run_key(config) -> str:
-    """First KEY_HEX hex digits of sha256(canonical JSON of the resolved config, seed included)."""
+    """The training identity: first KEY_HEX hex digits of sha256(canonical JSON of the fields that compute, the
+    seed included). Evaluation settings and machinery (record/fields.py) leave it unchanged."""
     text = _canonical_run_config(config) if is_dataclass(config) else canonical_json(identity_dict(config))
+    return hashlib.sha256(text.encode()).hexdigest()[:KEY_HEX]
+
+
+def eval_id(config) -> str:
+    """The evaluation's part of its identity (the run_key is the rest): a hash of the fields that evaluate."""
+    text = canonical_json(identity_dict(config, fields_table.EVALUATES))
+    return hashlib.sha256(text.encode()).hexdigest()[:KEY_HEX]
+
+
+def legacy_run_key(config) -> str:
+    """The run_key before identity version 2 (the whole config less `tracking`): how run directories and ledger
+    records written then are recognised (orchestrator/launch/adopt.py). A mapping: config.yaml as loaded."""
+    data = config.to_dict() if is_dataclass(config) else dict(config)
+    text = canonical_json({k: v for k, v in data.items() if k not in EXCLUDED})
     return hashlib.sha256(text.encode()).hexdigest()[:KEY_HEX]
 
 
 def _canonical_run_config(config) -> str:
     """canonical_json(identity_dict(config)), assembled from each section's cached JSON: the cells of a sweep
     share most sections, and 10k cells must expand in under 2 s (tests check the two agree)."""
-    parts = sorted((f.name, getattr(config, f.name)) for f in fields(config) if f.name not in EXCLUDED)
-    body = ",".join(f"{json.dumps(name)}:{_section_json(value) if is_dataclass(value) else canonical_json(value)}"
-                    for name, value in parts)
-    return "{" + body + "}"
+    parts = []
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if is_dataclass(value):
+            text = _section_json(f.name, value)
+            if text != "{}":
+                parts.append((f.name, text))
+        elif fields_table.FIELDS.get(f.name) == fields_table.COMPUTES:
+            parts.append((f.name, canonical_json(value)))
+    return "{" + ",".join(f"{json.dumps(name)}:{text}" for name, text in sorted(parts)) + "}"
 
 
 @functools.lru_cache(maxsize=4096)
-def _section_json(section) -> str:
-    return canonical_json({f.name: getattr(section, f.name) for f in fields(section)})
+def _section_json(name: str, section) -> str:
+    return canonical_json(_section(name, {f.name: getattr(section, f.name) for f in fields(section)},
+                                   fields_table.COMPUTES))
 
 
 def format_value(value: Any) -> str:

@@ -1,4 +1,5 @@
-"""run_key: the same resolved config gives the same key anywhere; any change to what the run computes changes it."""
+"""run_key: the same resolved config gives the same key anywhere; any change to what the run computes changes it, and
+nothing else does (record/fields.py); eval_id changes with what the evaluation does."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ import sys
 from pathlib import Path
 
 from orchestrator.sweep.expand import load_sweep
-from record.identity import EXCLUDED, _canonical_run_config, canonical_json, identity_dict, run_key
+from record import fields as fields_table
+from record.identity import (
+    _canonical_run_config,
+    canonical_json,
+    eval_id,
+    identity_dict,
+    legacy_run_key,
+    run_key,
+)
 from trainer.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,19 +58,41 @@ def test_same_sweep_same_keys_across_loads_and_processes():
     assert all(len(k) == 12 and int(k, 16) >= 0 for k in keys)
 
 
-def test_any_change_to_a_resolved_field_changes_the_key():
+def edit(config: dict, path: str, value) -> dict:
+    edited = json.loads(json.dumps(config))
+    node = edited
+    *parents, last = path.split(".")
+    for p in parents:
+        node = node[p]
+    node[last] = value
+    return edited
+
+
+def test_a_change_moves_exactly_the_identity_its_field_belongs_to():
     base = load_sweep(ONPOLICY).cells[0].config.to_dict()
-    key = run_key(base)
+    key, ev = run_key(base), eval_id(base)
+    seen = set()
     for path, value in leaves(base):
-        if path.split(".")[0] in EXCLUDED:
-            continue
-        edited = json.loads(json.dumps(base))
-        node = edited
-        *parents, last = path.split(".")
-        for p in parents:
-            node = node[p]
-        node[last] = changed(value)
-        assert run_key(edited) != key, path
+        kind = fields_table.of("collapse" if path.startswith("collapse") else path)
+        seen.add(kind)
+        edited = edit(base, path, changed(value))
+        # another hub id is other weights; the same weights named another way are one (test_weights.py)
+        trains = kind == fields_table.COMPUTES or path == "model.name_or_path"
+        assert (run_key(edited) != key) == trains, path
+        assert (eval_id(edited) != ev) == (kind == fields_table.EVALUATES), path
+    assert seen == {fields_table.COMPUTES, fields_table.EVALUATES, fields_table.MACHINERY}
+
+
+def test_the_issue_s_relaunch_changes_keep_every_training_key():
+    """eval.k, checkpoint.keep_last, checkpoint.every, rollout.gpu_memory_utilization: each gave every cell a new
+    key before identity version 2 (a relaunch retrained all of them)."""
+    for cell in load_sweep(REPO / "sweeps" / "smoke.yaml").cells:
+        base = cell.config.to_dict()
+        for path, value in (("eval.k", 2), ("checkpoint.keep_last", 3), ("checkpoint.every", 1),
+                            ("rollout.gpu_memory_utilization", 0.5), ("data.train_path", "/elsewhere/t.jsonl")):
+            edited = edit(base, path, value)
+            assert legacy_run_key(edited) != legacy_run_key(base), path
+            assert run_key(edited) == run_key(base) == cell.run_key, path
 
 
 def test_tracking_is_not_part_of_the_identity():

@@ -1,0 +1,37 @@
+"""Every field of the run config is classified (record/fields.py), and nothing classified is gone: a new field
+cannot enter or leave an identity without a decision."""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import fields, is_dataclass
+
+from record import fields as fields_table
+from trainer.config import RunConfig
+
+
+def config_paths(cls, prefix: str = "") -> list[str]:
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in fields(cls):
+        if is_dataclass(hints[f.name]):
+            out += config_paths(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            out.append(prefix + f.name)
+    return out
+
+
+def test_every_run_config_field_is_classified():
+    missing = [p for p in config_paths(RunConfig) if p not in fields_table.FIELDS]
+    assert not missing, f"classify these in record/fields.py (computes, evaluates or machinery): {missing}"
+
+
+def test_nothing_classified_is_gone():
+    stale = sorted(set(fields_table.FIELDS) - set(config_paths(RunConfig)))
+    assert not stale, f"record/fields.py classifies fields the run config no longer has: {stale}"
+
+
+def test_classes_are_the_three():
+    assert set(fields_table.FIELDS.values()) == {fields_table.COMPUTES, fields_table.EVALUATES,
+                                                  fields_table.MACHINERY}
+    assert all(fields_table.of(p) == fields_table.EVALUATES for p in fields_table.FIELDS if p.startswith("eval."))
