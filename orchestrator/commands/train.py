@@ -9,6 +9,7 @@ import yaml
 
 from record.errors import UserError
 from record.identity import run_key
+from record.rundir import RunDir, atomic_write
 from trainer.config import RunConfig
 
 EXAMPLE = """examples:
@@ -63,12 +64,33 @@ def load_run_config(path: Path, overrides: list[str]):
     return RunConfig.from_dict(data)
 
 
+def write_run_config(cfg, key: str, run_dir: Path) -> None:
+    """The run directory's config.yaml, as a sweep writes it: without it `orchestrate eval RUN_DIR` (and eval of
+    one of its checkpoints) cannot tell what was trained. A run directory of another config is refused, not mixed."""
+    path = RunDir(run_dir).config
+    if path.exists():
+        try:
+            existing = run_key(yaml.safe_load(path.read_text(encoding="utf-8")))
+        except (yaml.YAMLError, TypeError, ValueError, AttributeError):
+            existing = None
+        if existing != key:
+            raise UserError(f"{run_dir} holds another run (its config.yaml is run_key {existing}, this config is "
+                            f"{key}); give another --run-dir, or train from {path} to resume that run")
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    except OSError as err:
+        raise UserError(f"cannot write {path}: {err}; give a writable --run-dir") from None
+
+
 def run(args) -> int:
     from trainer.train import RunContext, train  # noqa: PLC0415 (torch)
 
     cfg = load_run_config(args.config, args.overrides)
     key = run_key(cfg)
     run_dir = args.run_dir or Path("runs") / "train" / key
+    write_run_config(cfg, key, run_dir)
     result = train(cfg, RunContext(run_dir=run_dir, run_key=key, micro_groups=args.micro_groups))
     verdict = result.get("verdict") or {}
     print(f"run {key} done in {run_dir}; collapse verdict: {verdict.get('verdict', 'n/a')}")
