@@ -24,7 +24,8 @@ def submit_jobs(backend, ledger: Ledger, records: list[dict], kinds: tuple[str, 
     for kind in kinds:
         numbers = [len(attempts(r, kind)) + 1 for r in records]
         name = array_name(first["sweep"], kind, [r["run_key"] for r in records], numbers)
-        intents[kind] = [add_attempt(r, kind, name, now, array_index=i if many else None, executor=backend.kind)
+        intents[kind] = [add_attempt(r, kind, name, now, array_index=i if many else None, executor=backend.kind,
+                                     **({"eval_id": r.get("eval_id")} if kind == "eval" else {}))
                          for i, r in enumerate(records)]
     ledger.save_all(records)  # from here on a crash leaves job names the next orchestrator looks for: no duplicate
     train_ids: list[str] = []

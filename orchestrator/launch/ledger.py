@@ -21,6 +21,7 @@ A record:
                "stdout": path, "stderr": path}, ...],
      "final": null | {"status": "completed" | "gave_up" | "cancelled" | "collapsed" | "out_of_memory",
                       "reason": "...", "at": t},
+     "identity": 2, "eval_id": "<record/identity.py eval_id>",  (an eval attempt carries the eval_id it ran)
      "decisions": [{"at": t, "action": "submit" | "resubmit" | "give_up" | ..., "reason": "..."}, ...]}
 
 Times are epoch seconds. An attempt is written as INTENT (with its job name) before sbatch and gets its job id after: an
@@ -43,6 +44,9 @@ from record.errors import UserError
 from record.rundir import atomic_write
 
 VERSION = 1
+# Records written since run_key hashes only what training computes (record/fields.py) say so; older ones are
+# recognised by orchestrator/launch/adopt.py.
+IDENTITY = 2
 KINDS = ("train", "eval")
 CLOCK_SKEW_S = 120  # the login node's clock against slurmctld's: a row submitted earlier than that is another job
 VANISH_AFTER_S = 60.0  # sacct has every job it knows within seconds; after this long, ask squeue
@@ -55,7 +59,7 @@ MAY_REQUEUE = frozenset({"NODE_FAIL", "PREEMPTED", "CANCELLED"})
 # --- records: pure ---------------------------------------------------------------------------------------------
 
 def new_record(sweep: str, run_key: str, name: str, axes: dict, run_dir: Path) -> dict:
-    return {"version": VERSION, "run_key": run_key, "sweep": sweep, "name": name, "axes": axes,
+    return {"version": VERSION, "identity": IDENTITY, "run_key": run_key, "sweep": sweep, "name": name, "axes": axes,
             "run_dir": str(run_dir), "code": None, "entries": {}, "params": {}, "jobs": [], "final": None,
             "decisions": []}
 

@@ -35,11 +35,14 @@ class Materialised:
     sweep_dir: Path
     written: int  # new run dirs
     unchanged: int  # run dirs already there with this exact config
-    kept: int  # run dirs already there whose config differs only outside the run_key (e.g. tracking)
+    kept: int  # run dirs already there whose config differs only in where it logs (tracking)
+    updated: int = 0  # run dirs whose evaluation or machinery settings changed (record/fields.py): rewritten
 
 
 def materialise(sweep: Sweep, plan: Plan, root: str | Path | None = None) -> Materialised:
-    """Write each cell's config.yaml (never rewriting an existing run's) and the manifest."""
+    """Write each cell's config.yaml and the manifest. An existing run's config.yaml is rewritten only where
+    what it evaluates or its machinery changed (never what it computes: that is another run_key, and never its
+    tracking: a resumed run keeps logging where it started); a running job takes it at its next start."""
     sweep_dir = Path(root if root is not None else sweep.spec.output_root) / sweep.name
     try:
         return _materialise(sweep, plan, sweep_dir)
@@ -54,7 +57,7 @@ _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 def _materialise(sweep: Sweep, plan: Plan, sweep_dir: Path) -> Materialised:
-    written = unchanged = kept = 0
+    written = unchanged = kept = updated = 0
     for cell in sweep.cells:
         path = RunDir(sweep_dir / cell.run_key).config
         text = yaml.dump(cell.config.to_dict(), Dumper=_DUMPER, sort_keys=False)
@@ -66,18 +69,31 @@ def _materialise(sweep: Sweep, plan: Plan, sweep_dir: Path) -> Materialised:
         if existing == text:
             unchanged += 1
             continue
-        try:
-            same = run_key(yaml.safe_load(existing)) == cell.run_key
-        except (yaml.YAMLError, TypeError, ValueError, AttributeError):
-            same = False
-        if not same:
-            raise UserError(f"{path}: holds a different run config than run_key {cell.run_key} names; it was "
-                            f"edited by hand or is corrupt. Move that run dir away and run this again.")
-        # Same run, other tracking settings: a resumed run keeps logging where it started.
-        kept += 1
+        old = _same_training(existing, cell)
+        if old is None:
+            raise UserError(f"{path}: holds a run config that trains something else than run_key {cell.run_key} "
+                            f"names; it was edited by hand or is corrupt. Move that run dir away and run this again.")
+        data = {**cell.config.to_dict(), "tracking": old.get("tracking", {})}
+        ours = yaml.dump(data, Dumper=_DUMPER, sort_keys=False)
+        if ours == existing or data == old:
+            kept += 1
+            continue
+        atomic_write(path, ours)
+        updated += 1
     materialise_baselines(sweep.baselines, sweep_dir)
     atomic_write(sweep_dir / "manifest.json", json.dumps(manifest(sweep, plan, git_state()), indent=1) + "\n")
-    return Materialised(sweep_dir, written, unchanged, kept)
+    return Materialised(sweep_dir, written, unchanged, kept, updated)
+
+
+def _same_training(existing: str, cell) -> dict | None:
+    """The existing config.yaml as a mapping when it trains what the cell does (its training identity, legacy
+    files read with today's defaults), else None."""
+    try:
+        old = yaml.safe_load(existing)
+        config = RunConfig.from_dict(old)
+    except (yaml.YAMLError, ConfigError, TypeError, ValueError, AttributeError):
+        return None
+    return old if run_key(config) == run_key(cell.config) else None
 
 
 def manifest(sweep: Sweep, plan: Plan, git: dict) -> dict:

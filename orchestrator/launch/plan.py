@@ -8,7 +8,7 @@ Each training array gets an evaluation array of the same length whose task i wai
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 
 from orchestrator.cluster.profile import SlurmResources
@@ -102,12 +102,16 @@ class Triage:
     eval: tuple[str, ...]  # cells whose training completed and whose evaluation goes out now
     kept: dict  # reason -> count of cells left as they are
     reopened: tuple[str, ...] = ()  # final cells that --retry-failed submits again
+    reevaluated: tuple[str, ...] = ()  # trained cells whose evaluation changed (eval_id): evaluated again
 
 
-def triage(records: dict[str, dict], run_keys: list[str], retry_failed: bool = False) -> Triage:
+def triage(records: dict[str, dict], run_keys: list[str], retry_failed: bool = False,
+           eval_ids: Mapping[str, str] | None = None) -> Triage:
     """What a (re)launch submits for these cells, given their records (a missing record: never submitted).
-    Finished and live cells are kept; unsuccessful ones only with `retry_failed` (never a collapsed run)."""
-    train, evals, reopened, kept = [], [], [], {}
+    Finished and live cells are kept; unsuccessful ones only with `retry_failed` (never a collapsed run). A
+    trained cell whose evaluation settings changed (`eval_ids`: run_key -> the sweep's eval_id now, against the
+    record's) gets its evaluation alone: training is never repeated for what only evaluates."""
+    train, evals, reopened, again, kept = [], [], [], [], {}
 
     def keep(why: str) -> None:
         kept[why] = kept.get(why, 0) + 1
@@ -117,7 +121,11 @@ def triage(records: dict[str, dict], run_keys: list[str], retry_failed: bool = F
         t = latest(record, "train") if record else None
         e = latest(record, "eval") if record else None
         final = (record or {}).get("final")
-        if final and final["status"] == "completed":
+        changed = bool(eval_ids) and record is not None and record.get("eval_id") not in (None, eval_ids[key])
+        if final and final["status"] == "completed" and changed and t and t["state"] == "COMPLETED":
+            again.append(key)
+            evals.append(key)
+        elif final and final["status"] == "completed":
             keep("done")
         elif final:
             if retry_failed and final["status"] != "collapsed":
@@ -130,7 +138,7 @@ def triage(records: dict[str, dict], run_keys: list[str], retry_failed: bool = F
         elif t["state"] in LIVE:
             keep("training live")
         elif t["state"] == "COMPLETED":
-            if e is None or e["state"] == "LOST":
+            if e is None or e["state"] == "LOST" or (changed and e["state"] not in LIVE):
                 evals.append(key)
             elif e["state"] in LIVE or e["state"] == "COMPLETED":
                 keep("evaluation live or done")
@@ -142,7 +150,7 @@ def triage(records: dict[str, dict], run_keys: list[str], retry_failed: bool = F
             train.append(key)
         else:
             keep(f"training {t['state']} (the watcher decides)")
-    return Triage(tuple(train), tuple(evals), kept, tuple(reopened))
+    return Triage(tuple(train), tuple(evals), kept, tuple(reopened), tuple(again))
 
 
 def launch_plan(sweep: Sweep, todo: Triage, array_limit: int) -> Plan:

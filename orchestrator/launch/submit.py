@@ -12,12 +12,14 @@ from pathlib import Path
 from orchestrator.cluster.executor import Options, save_options
 from orchestrator.cluster.profile import resources_params
 from orchestrator.cluster.snapshot import snapshot_code
+from orchestrator.launch.adopt import Adopted
 from orchestrator.launch.baselines import launch_baselines
 from orchestrator.launch.intents import submit_jobs
-from orchestrator.launch.ledger import Ledger, new_record, note
+from orchestrator.launch.ledger import IDENTITY, Ledger, new_record, note
 from orchestrator.launch.plan import launch_plan, triage
 from orchestrator.launch.reconcile import refresh, settle_intents
 from orchestrator.sweep.expand import Sweep
+from record.identity import eval_id
 
 
 @dataclass(frozen=True)
@@ -36,16 +38,18 @@ class LaunchReport:
 
 
 def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_failed: bool = False,
-           watcher=None) -> LaunchReport:
+           watcher=None, adopted: Adopted | None = None) -> LaunchReport:
     """Submit what the sweep still needs (`triage`), idempotently: one sbatch per training array and one per
     evaluation array. Holds the sweep's lock; settles an interrupted orchestrator's intents first. `watcher`
     (orchestrator/watch/job.py `Starter`, Slurm only): its `ids()` join the one sacct, and it is called under
     the lock with the records (the new ones in memory) and Slurm's rows, before the cells' sbatch, to start the
-    sweep's watcher job unless one is live."""
+    sweep's watcher job unless one is live. `adopted` (orchestrator/launch/adopt.py): records written before
+    identity version 2, with what was recognised in them, written into them here."""
     ledger = Ledger(sweep_dir)
     watcher = watcher if backend.kind == "slurm" else None
     with ledger.lock("orchestrate sweep", wait_s=60.0):  # a watcher job holds it for one poll at a time
         records = ledger.records()
+        _mark_adopted(ledger, records, adopted)
         resolved = settle_intents(ledger, backend, records)
         said = refresh(ledger, backend, records, also=watcher.ids() if watcher else ())
         declared = tuple(b.key for b in sweep.baselines)
@@ -58,7 +62,8 @@ def _submit(sweep: Sweep, sweep_dir: Path, ledger: Ledger, backend, options: Opt
     """Under the lock, with Slurm's states applied: run dirs' records written and what `triage` says submitted;
     `before()` (the watcher's start, its words into the report) once the records are ready, before any sbatch."""
     cells = {c.run_key: c for c in sweep.cells}
-    todo = triage(records, list(cells), retry_failed)
+    eval_ids = {key: eval_id(c.config) for key, c in cells.items()}
+    todo = triage(records, list(cells), retry_failed, eval_ids)
     snapshot: list[Path] = []
 
     def code_once() -> Path:  # the snapshot and options only when something goes out
@@ -83,6 +88,11 @@ def _submit(sweep: Sweep, sweep_dir: Path, ledger: Ledger, backend, options: Opt
         if key in todo.reopened:
             record["final"] = None
             ledger.clear_cancelled(key)
+        if key in todo.reevaluated:  # trained and evaluated; what evaluates changed: evaluated again, kept trained
+            record["final"] = None
+            note(record, "reevaluate", f"the evaluation settings changed (eval_id {record.get('eval_id')} -> "
+                 f"{eval_ids[key]}); the trained cell is evaluated again, its earlier evaluation kept", now)
+        record["eval_id"] = eval_ids[key]
         what = "evaluation" if key in todo.eval else "training and evaluation"
         note(record, "submit", f"{what} submitted by orchestrate sweep"
              + (" --retry-failed" if key in todo.reopened else ""), now)
@@ -102,6 +112,21 @@ def _submit(sweep: Sweep, sweep_dir: Path, ledger: Ledger, backend, options: Opt
         ledger.save_all(records[k] for k in (*todo.train, *todo.eval))  # the local follower starts them
     return LaunchReport(sweep_dir, backend.kind, code, len(todo.train), len(todo.eval), sbatch, todo.kept,
                         resolved, said, baselines, baselines_kept)
+
+
+def _mark_adopted(ledger: Ledger, records: dict[str, dict], adopted: Adopted | None) -> None:
+    """Write into each legacy record what orchestrator/launch/adopt.py recognised in it (once)."""
+    changed = []
+    for key, (training, evaluated) in (adopted.found.items() if adopted else ()):
+        record = records.get(key)
+        if record is None or record.get("identity") == IDENTITY:
+            continue
+        record.update(identity=IDENTITY, training_key=training, eval_id=record.get("eval_id") or evaluated)
+        note(record, "adopt", f"recognised as written before identity version {IDENTITY}: its training computes "
+             f"what run_key {training} names; it keeps its key", time.time())
+        changed.append(record)
+    if changed:
+        ledger.save_all(changed)
 
 
 def _axes(axes: tuple) -> dict:

@@ -112,6 +112,8 @@ def _waiting_evals(record: dict) -> tuple[str, ...]:
 def _after_training(record: dict, now: float, max_retries: int, grace_s: float) -> Action | None:
     key, train, ev = record["run_key"], latest(record, "train"), latest(record, "eval")
     stale = ev is not None and ev.get("after") not in (None, train["job_id"])  # chained on an older training
+    # ... or another evaluation than the cell's now (a relaunch changed what evaluates: record/fields.py)
+    stale = stale or (ev is not None and ev.get("eval_id", record.get("eval_id")) != record.get("eval_id"))
     if ev is None or ev["state"] == "LOST" or (stale and ev["state"] not in LIVE):
         return Action(key, "submit_eval", f"training {train['job_id']} completed; its evaluation is submitted",
                       kind="eval")
