@@ -24,7 +24,7 @@ class MicroBatch:
     """Rows of one forward and backward, on the training device."""
 
     tokens: TokenBatch
-    ref_logp: torch.Tensor             # [b, R] log pi_ref
+    ref_logp: torch.Tensor | None      # [b, R] log pi_ref, None where the run has no reference
     old_logp: torch.Tensor | None      # [b, R] log mu, None on-policy
     rewards: torch.Tensor              # [b]
     size: int                          # b, the rows (whole groups)
@@ -42,7 +42,7 @@ class Batch:
     response_ids: list[list[int]]
     rewards: torch.Tensor              # [B]
     behavior_logp: torch.Tensor | None  # [B, R] log mu, None when every update is on-policy
-    ref_logp: torch.Tensor             # [B, R]
+    ref_logp: torch.Tensor | None      # [B, R], None where the run has no reference (trainer/memory.py)
     pad_id: int
     group_size: int
 
@@ -58,7 +58,8 @@ class Batch:
         old = None if self.behavior_logp is None else self.behavior_logp[rows, :R].to(device)
         tokens = TokenBatch(tb.input_ids.to(device), tb.attention_mask.to(device), tb.prompt_len,
                             tb.response_mask.to(device), tb.response_ids.to(device))
-        return MicroBatch(tokens, self.ref_logp[rows, :R].to(device), old, self.rewards[rows].to(device),
+        ref = None if self.ref_logp is None else self.ref_logp[rows, :R].to(device)
+        return MicroBatch(tokens, ref, old, self.rewards[rows].to(device),
                           rows.stop - rows.start)
 
 

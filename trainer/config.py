@@ -21,6 +21,7 @@ from record.checks import (
 )
 from record.errors import ConfigError, raise_if
 from record.plain import build, is_jsonable, items_of, schema_of, to_plain
+from trainer.config_memory import MemoryConfig
 from trainer.config_objective import AlgorithmConfig, KLConfig
 from trainer.rollout import ENGINES as ROLLOUT_ENGINES
 
@@ -258,6 +259,7 @@ class RunConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     kl: KLConfig = field(default_factory=KLConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)  # machinery: trainer/config_memory.py
     seed: int = 0
     collapse: dict = field(default_factory=dict)
 
@@ -316,4 +318,4 @@ class RunConfig:
 
 _COMPONENTS = {"model": ModelConfig, "data": DataConfig, "rollout": RolloutConfig, "optim": OptimConfig,
                "checkpoint": CheckpointConfig, "eval": EvalConfig, "tracking": TrackingConfig,
-               "kl": KLConfig, "algorithm": AlgorithmConfig}
+               "kl": KLConfig, "algorithm": AlgorithmConfig, "memory": MemoryConfig}

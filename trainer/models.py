@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
-from trainer import distributed, model_source
+from trainer import distributed, memory, model_source
 from trainer.config import RunConfig
 from trainer.rollout import RolloutEngine, make_engine
 
@@ -29,8 +29,9 @@ def train_dtype(cfg: RunConfig, dist: distributed.DistInfo) -> torch.dtype:
 
 
 def build_engine(cfg: RunConfig, path: str, dist: distributed.DistInfo,
-                 micro_batches: int) -> tuple[DeepSpeedEngine, torch.nn.Module, PreTrainedTokenizerBase]:
-    """The policy under DeepSpeed ZeRO-3, the frozen reference as a plain copy, and the tokenizer."""
+                 micro_batches: int) -> tuple[DeepSpeedEngine, torch.nn.Module | None, PreTrainedTokenizerBase]:
+    """The policy under DeepSpeed ZeRO-3 (gradient checkpointing per `memory`), the frozen reference
+    (trainer/memory.py: sharded, a replica, or None), and the tokenizer."""
     # After distributed.init: DeepSpeed picks its accelerator (DS_ACCELERATOR) when it is first imported.
     import deepspeed  # noqa: PLC0415
 
@@ -41,8 +42,7 @@ def build_engine(cfg: RunConfig, path: str, dist: distributed.DistInfo,
         tokenizer.pad_token = tokenizer.eos_token
     torch.manual_seed(cfg.seed)
     policy = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    reference = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dist.device).eval()
-    reference.requires_grad_(False)
+    memory.apply_checkpointing(policy, cfg)
     optim = torch.optim.AdamW(policy.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
     warm = max(cfg.optim.warmup_steps, 0)
     sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
@@ -52,7 +52,8 @@ def build_engine(cfg: RunConfig, path: str, dist: distributed.DistInfo,
     if not gpu:
         distributed.hook_whole_layers(policy)
     engine, _, _, _ = deepspeed.initialize(model=policy, optimizer=optim, lr_scheduler=sched, config=ds)
-    return engine, reference, tokenizer
+    # After the policy: a ZeRO-3 reference joins the process group the policy's engine set up.
+    return engine, memory.build_reference(cfg, path, dist, dtype), tokenizer
 
 
 def build_rollout(cfg: RunConfig, engine: DeepSpeedEngine, tokenizer: PreTrainedTokenizerBase, path: str,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 
 @dataclass
@@ -44,7 +45,7 @@ def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -
 
 
 def response_logprobs(
-    model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool = False
+    model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool = False, chunk_tokens: int = 256
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(y_t | x, y<t) for every response token, [B, R], and optionally the entropy of pi(.|x, y<t), [B, R].
 
@@ -57,21 +58,56 @@ def response_logprobs(
     # most of the logits memory).
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                 position_ids=batch.position_ids, use_cache=False, logits_to_keep=R + 1)
-    logits = out.logits[:, :R].float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logprobs = torch.log_softmax(logits, dim=-1)
-    logp = logprobs.gather(-1, batch.response_ids[..., None]).squeeze(-1)
+    logp, entropy = chunked_logprobs(out.logits[:, :R], batch.response_ids, temperature, with_entropy,
+                                     chunk_tokens)
     logp = logp.masked_fill(~batch.response_mask, 0.0)
-    entropy = None
-    if with_entropy:
-        entropy = -(logprobs.exp() * logprobs).sum(-1).masked_fill(~batch.response_mask, 0.0).detach()
+    if entropy is not None:
+        entropy = entropy.masked_fill(~batch.response_mask, 0.0)
+    return logp, entropy
+
+
+def _token_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float) -> torch.Tensor:
+    """log softmax(logits / T)[ids] in fp32, [b, c]: the chosen logit minus the logsumexp (TRL's selective
+    log-softmax); no [b, c, V] log-softmax is kept."""
+    z = logits.float()
+    if temperature != 1.0:
+        z = z / temperature
+    return z.gather(-1, ids[..., None]).squeeze(-1) - torch.logsumexp(z, dim=-1)
+
+
+def chunked_logprobs(logits: torch.Tensor, ids: torch.Tensor, temperature: float = 1.0,
+                     with_entropy: bool = False, chunk_tokens: int = 256
+                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of `ids` [B, R] under `logits` [B, R, V] (any dtype), and the entropy per position (no grad),
+    `chunk_tokens` positions (rows x columns) at a time.
+
+    Why chunks: an fp32 log-softmax over the paper's micro-batch (20 x 1,025 positions x 152,064) is ~12 GB, and
+    autograd keeps it and its exp for backward. Each chunk's fp32 work runs under non-reentrant activation
+    checkpointing, so backward keeps only the logits (in the model's dtype) and recomputes one chunk at a time:
+    the fp32 peak is one chunk's [chunk_tokens, V], whatever the micro-batch.
+    """
+    B, R, V = logits.shape
+    flat, flat_ids = logits.reshape(B * R, V), ids.reshape(B * R)
+    parts, ents = [], []
+    for start in range(0, B * R, chunk_tokens):
+        z, i = flat[start:start + chunk_tokens], flat_ids[start:start + chunk_tokens]
+        if torch.is_grad_enabled() and z.requires_grad:
+            parts.append(checkpoint(_token_logprobs, z, i, temperature, use_reentrant=False))
+        else:
+            parts.append(_token_logprobs(z, i, temperature))
+        if with_entropy:
+            with torch.no_grad():
+                zf = z.float() / temperature if temperature != 1.0 else z.float()
+                logq = torch.log_softmax(zf, dim=-1)
+                ents.append(-(logq.exp() * logq).sum(-1))
+    logp = torch.cat(parts).reshape(B, R)
+    entropy = torch.cat(ents).reshape(B, R) if with_entropy else None
     return logp, entropy
 
 
 @torch.no_grad()
 def score_logprobs(model, prompt_ids: list[list[int]], response_ids: list[list[int]], pad_id: int, micro: int,
-                   temperature: float) -> torch.Tensor:
+                   temperature: float, chunk_tokens: int = 256) -> torch.Tensor:
     """log-probs of every response token under `model`, [B, R_max] on the CPU, `micro` rows at a time, without grad:
     the reference's for the KL, and the sampling policy's (mu) for a batch that will be trained off-policy."""
     R = max(1, max(len(r) for r in response_ids))
@@ -79,6 +115,6 @@ def score_logprobs(model, prompt_ids: list[list[int]], response_ids: list[list[i
     for start in range(0, len(response_ids), micro):
         rows = slice(start, start + micro)
         tb = collate(prompt_ids[rows], response_ids[rows], pad_id)
-        logp, _ = response_logprobs(model, tb, temperature)
+        logp, _ = response_logprobs(model, tb, temperature, chunk_tokens=chunk_tokens)
         out[rows, : logp.shape[1]] = logp.float().cpu()
     return out

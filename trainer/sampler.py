@@ -102,7 +102,7 @@ class BatchSampler:
         behaviour = None
         if self.off_policy:
             logp = score_logprobs(model, ro.prompt_ids, ro.response_ids, self.tokenizer.pad_token_id, self.micro,
-                                  cfg.rollout.temperature)
+                                  cfg.rollout.temperature, cfg.memory.logprob_chunk_tokens)
             behaviour = [logp[i, : len(r)].tolist() for i, r in enumerate(ro.response_ids)]
         return Sampled(step, version, ro.prompt_ids, ro.response_ids, ro.texts, ro.truncated, idx, behaviour)
 

@@ -128,7 +128,7 @@ class _Run:
     dir: RunDir
     run_key: str
     engine: DeepSpeedEngine            # the policy under ZeRO-3, with its optimizer
-    reference: torch.nn.Module         # frozen
+    reference: torch.nn.Module | None  # frozen; None where the objective ignores it (memory.skip_unused_reference)
     tokenizer: PreTrainedTokenizerBase
     rollout: RolloutEngine
     sampler: BatchSampler
@@ -182,7 +182,9 @@ def _step(cfg: RunConfig, run: _Run, step: int, dist: distributed.DistInfo,
     # The queue first tops itself up to step + async_level with the current weights (version `step`).
     rollouts = run.queue.next(step, lambda s: run.sampler.sample(s, version=step, model=run.engine.module))
     rewards = run.sampler.rewards(rollouts)
-    ref_logp = score_logprobs(run.reference, rollouts.prompt_ids, rollouts.response_ids, pad, run.micro_groups * G, T)
+    chunk = cfg.memory.logprob_chunk_tokens
+    ref_logp = None if run.reference is None else score_logprobs(
+        run.reference, rollouts.prompt_ids, rollouts.response_ids, pad, run.micro_groups * G, T, chunk)
     batch = Batch(rollouts.prompt_ids, rollouts.response_ids, torch.tensor(rewards, dtype=torch.float32),
                   rollouts.behavior_tensor(), ref_logp, pad, G)
     updates = UpdateMetrics()
@@ -190,8 +192,10 @@ def _step(cfg: RunConfig, run: _Run, step: int, dist: distributed.DistInfo,
         # The loss divides by the whole minibatch's counts over every rank, whatever the micro-batch.
         tokens, seqs = distributed.all_reduce_sum([minibatch.tokens, minibatch.sequences], dist.device)
         for micro in minibatch.micro_batches(run.micro_groups, dist.device):
-            logp, entropy = response_logprobs(run.engine, micro.tokens, T, with_entropy=True)
-            kl, advantages = shaped_advantages(logp, micro.ref_logp, micro.mask, micro.rewards, cfg.kl,
+            logp, entropy = response_logprobs(run.engine, micro.tokens, T, with_entropy=True, chunk_tokens=chunk)
+            # No reference (beta 0 or placement none, skipped): KL 0, which the objective multiplies by nothing.
+            ref = logp.detach() if micro.ref_logp is None else micro.ref_logp
+            kl, advantages = shaped_advantages(logp, ref, micro.mask, micro.rewards, cfg.kl,
                                                cfg.algorithm, old_logp=micro.old_logp)
             loss, loss_metrics = rl_loss(logp, advantages, kl, micro.mask, cfg.algorithm, old_logp=micro.old_logp,
                                          num_tokens=max(tokens, 1.0), num_seqs=seqs)
@@ -204,7 +208,8 @@ def _step(cfg: RunConfig, run: _Run, step: int, dist: distributed.DistInfo,
     run.rollout.sync_weights(run.engine.module)  # validation and the next batches sample version step + 1
     done = time.perf_counter()
     sampled, generated = _rollout_metrics(rollouts, rewards, dist.device)
-    metrics = {**{step_key(name): value for name, value in updated.items()}, **sampled,
+    metrics = {**{step_key(name): value for name, value in updated.items()
+                  if run.reference is not None or not name.startswith("kl_k")}, **sampled,
                PERF_WEIGHT_SYNC_S: done - t_sync, ASYNC_LAG: step - rollouts.version,
                PERF_STEP_TIME_S: done - t0, PERF_TOKENS_PER_S: generated / (done - t0)}
     if cfg.data.val_every and (step + 1) % cfg.data.val_every == 0:
@@ -230,7 +235,8 @@ def _setup(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> _Run:
                          f"{world} ranks; every rank needs the same number of prompt groups")
     local_groups = cfg.optim.batch_prompts // world
     per_mini = local_groups // cfg.optim.updates_per_batch
-    micro_groups = max(1, min(ctx.micro_groups, per_mini))
+    seq_tokens = cfg.rollout.max_prompt_tokens + cfg.rollout.max_response_tokens
+    micro_groups = cfg.memory.micro_groups(ctx.micro_groups, G, seq_tokens, per_mini)
     micro_batches = -(-per_mini // micro_groups)
 
     run_dir = RunDir(ctx.run_dir)
