@@ -16,6 +16,7 @@
         export/step_NNNNNN/                 the Hugging Face model a checkpoint exports to (trainer, for eval)
         eval/step_NNNNNN/                   per-task files of an evaluation (eval)
         eval_result.json                    the evaluation job's result (orchestrator, from eval)
+        evals/<evaluation id>.json          each evaluation's result, kept when the settings change (eval)
         starts.jsonl, probe.json            the probe job's log and settings (fault tests)
 
 Writers and readers in trainer/, eval/ and orchestrator/ go through these names; no path literal of the run
@@ -173,6 +174,13 @@ class RunDir:
     @property
     def eval_result(self) -> Path:
         return self.path / "eval_result.json"
+
+    def evaluation(self, evaluation_id: str) -> Path:
+        """One evaluation's result (its tasks under its settings): another setting writes beside it."""
+        return self.path / "evals" / f"{evaluation_id}.json"
+
+    def evaluations(self) -> list[Path]:
+        return sorted((self.path / "evals").glob("*.json"))
 
     # --- the probe job's (fault tests) ---
     @property

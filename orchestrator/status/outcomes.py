@@ -46,6 +46,43 @@ def eval_metrics(result) -> dict[str, float]:
     return out
 
 
+def evaluations(kept: list[dict], latest) -> list[dict]:
+    """Each evaluation of a run, oldest first: {"id", "settings", "tasks", "eval"} from its own result
+    (`evals/<id>.json`, eval/run.py), and the evaluation job's latest result (`eval_result.json`) where it is not
+    one of them (a run evaluated before results were kept apart, or the probe's stand-in)."""
+    out = [{"id": k.get("evaluation_id"), "settings": k.get("settings"), "tasks": sorted(k.get("tasks") or ()),
+            "step": k.get("step"), "eval": eval_metrics(k)}
+           for k in sorted(kept, key=lambda k: k.get("at") or 0)]
+    ids = {e["id"] for e in out}
+    if isinstance(latest, Mapping) and (latest.get("evaluation_id") not in ids or latest.get("evaluation_id") is None):
+        out.append({"id": latest.get("evaluation_id"), "settings": latest.get("settings"),
+                    "tasks": sorted(latest.get("tasks") or ()), "step": latest.get("step"),
+                    "eval": eval_metrics(latest)})
+    return [e for e in out if e["eval"]]
+
+
+def merged_eval(evals: list[dict]) -> dict[str, float]:
+    """Every metric of every evaluation, keyed by task and k (`eval/<task>/mean_at_<k>`); where two evaluations
+    give one key (the same task and k under other settings), the newest."""
+    merged: dict[str, float] = {}
+    for e in evals:
+        merged.update(e["eval"])
+    return merged
+
+
+def evaluation_settings(rows: list[dict]) -> list[str]:
+    """One line per distinct evaluation setting among the rows' evaluations (tasks, k, max_tokens, backend, seeds)
+    with how many cells have it: what status prints when a sweep was evaluated more than one way."""
+    seen: dict[str, int] = {}
+    for row in rows:
+        for e in row.get("evals") or ():
+            s = e.get("settings") or {}
+            line = (f"{','.join(e['tasks']) or 'probe'}: k={s.get('k', '?')} max_tokens={s.get('max_tokens', '?')} "
+                    f"backend={s.get('backend', '?')} seeds={s.get('seeds', '?')}")
+            seen[line] = seen.get(line, 0) + 1
+    return [f"{line} ({n} cell(s))" for line, n in seen.items()] if len(seen) > 1 else []
+
+
 def verdict_fields(verdict) -> dict:
     """`verdict.json` as the row's verdict, verdict_step and verdict_reason (None where there is none)."""
     if not isinstance(verdict, Mapping) or not isinstance(verdict.get("verdict"), str):

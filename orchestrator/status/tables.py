@@ -118,6 +118,9 @@ def render(sweep_dir: Path, width: int, records: dict[str, dict] | None = None, 
     if records is None:
         records, watcher, bases = read(sweep_dir)
     data, base_rows = cell_rows(records), baseline_rows(bases or {})
+    settings = outcomes.evaluation_settings(data)
     return Group(table(sweep_dir, data, width), summary_table(data, width),
+                 *([Text("evaluated more than one way (each result kept; the newest shown where task and k are "
+                         "equal):\n  " + "\n  ".join(settings))] if settings else []),
                  *([baselines_table(base_rows, width)] if base_rows else []),
                  *([Text(watcher["said"])] if watcher else []))

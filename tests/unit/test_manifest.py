@@ -98,7 +98,7 @@ def test_a_tampered_run_dir_is_refused_and_a_tracking_change_keeps_it(sweep_file
     assert done.kept == 2  # a resumed run keeps logging to the store it started in
     path = root / "leak" / sweep.cells[0].run_key / "config.yaml"
     path.write_text(path.read_text().replace("lr: 1.0e-06", "lr: 0.5"))
-    with pytest.raises(UserError, match="holds a different run config"):
+    with pytest.raises(UserError, match="holds a run config that trains something else"):
         materialise(sweep, make_plan(sweep), root)
 
 
