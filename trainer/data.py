@@ -50,7 +50,9 @@ def load_examples(cfg: DataConfig, split: str) -> list[dict]:
                         f"{cfg.dataset!r} split {split!r}; run `orchestrate data prepare` and point it at the file")
     file = Path(path)
     if not file.exists():
-        raise DataError(f"{file} does not exist; run `orchestrate data prepare` (or fix data paths in the sweep)")
+        key = "data.train_path" if split == "train" else "data.val_path"
+        raise DataError(f"{key}: {file} does not exist; run `orchestrate data prepare --out {file.parent}`, or set "
+                        f"{key} in the sweep to the file (a sweep resolves it when submitted: launch it again)")
     rows = tiny_task.read_jsonl(file)
     bad = [i for i, r in enumerate(rows) if "problem" not in r or "answer" not in r]
     if not rows or bad:

@@ -244,13 +244,14 @@ def _setup(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> _Run:
     manifest = objective_manifest(cfg)
     if dist.is_main:
         atomic_write(run_dir.objective, json.dumps(manifest, indent=1))
-    path = model_path(cfg)
-    engine, reference, tokenizer = build_engine(cfg, path, dist, micro_batches)
+    # The data before any engine: a missing file costs seconds, not a model load on every GPU of the job.
     val_examples = load_examples(cfg.data, cfg.data.val_split) if cfg.data.val_every else []
     val_examples = val_examples[: cfg.data.val_size] if cfg.data.val_size else val_examples
+    train_examples = load_examples(cfg.data, "train")
+    path = model_path(cfg)
+    engine, reference, tokenizer = build_engine(cfg, path, dist, micro_batches)
     rollout = build_rollout(cfg, engine, tokenizer, path, dist)
-    sampler = BatchSampler(cfg, tokenizer, rollout, load_examples(cfg.data, "train"), dist, local_groups,
-                           micro_groups * G)
+    sampler = BatchSampler(cfg, tokenizer, rollout, train_examples, dist, local_groups, micro_groups * G)
     queue = RolloutQueue(cfg.rollout.async_level)
     # The detector's noise allowance for held-out accuracy needs the size of the set it is measured on.
     monitor = CollapseMonitor(CollapseConfig.from_dict({"accuracy_samples": len(val_examples), **(cfg.collapse or {})}))

@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from orchestrator.cluster.environment import record_job_environment
 from record.rundir import RunDir, atomic_write
 from trainer.progress import quiet_third_party
 
@@ -40,12 +41,16 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def run_train(entry: str, run_dir: str):
+    if is_rank0():  # what this launch was given, to compare with a resubmission's (orchestrator/cluster/environment.py)
+        record_job_environment(Path(run_dir), "train")
     return resolve_entry(entry)(Path(run_dir))
 
 
 def run_eval(entry: str, run_dir: str):
     """Evaluate, and keep the result beside the run (what `orchestrate status` shows)."""
     quiet_job_log()
+    if is_rank0():
+        record_job_environment(Path(run_dir), "eval")
     result = resolve_entry(entry)(Path(run_dir))
     if is_rank0():
         write_json(RunDir(run_dir).eval_result, {"result": result, "code": code_dir(), "at": time.time()})

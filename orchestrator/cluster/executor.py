@@ -13,7 +13,7 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,9 +24,10 @@ from submitit.slurm.slurm import _make_sbatch_string
 
 from orchestrator.cluster import query
 from orchestrator.cluster.entry import EVAL_ENTRY, TRAIN_ENTRY, run_eval, run_train
+from orchestrator.cluster.environment import launch_environment, submitting_with
 from orchestrator.cluster.profile import SlurmProfile, mem_param, resources_params
 from orchestrator.cluster.query import JobRow, SlurmError
-from orchestrator.cluster.snapshot import setup_lines
+from orchestrator.cluster.site import SiteSetup, prologue
 from record.errors import UserError
 from record.rundir import atomic_write
 
@@ -78,16 +79,55 @@ class Options:
     max_num_timeout: int = 3
     train_entry: str = TRAIN_ENTRY
     eval_entry: str = EVAL_ENTRY
+    # Fixed at the sweep's first launch (orchestrate sweep), so a resubmission by the watcher job or from another
+    # shell gives a job what its first launch had: the interpreter, the data directory (absolute), the profile's
+    # site setup (cluster/site.py) and the environment sbatch runs in (cluster/environment.py).
+    python: str | None = None
+    data_dir: str | None = None
+    site: dict = field(default_factory=dict)
+    environment: dict | None = None
 
     def resolved_executor(self) -> str:
         if self.executor == "auto":
             return "slurm" if query.available() else "local"
         return self.executor
 
+    def site_setup(self) -> SiteSetup:
+        return site_from_dict(self.site)
+
+    def setup(self, code: Path | str) -> list[str]:
+        """The shell lines before the job's python (orchestrator/cluster/site.py `prologue`)."""
+        return prologue(self.site_setup(), str(code), self.data_dir)
+
+    def interpreter(self) -> str:
+        return self.site_setup().command(shlex.quote(self.python or sys.executable))
+
+    def site_params(self) -> tuple[dict, dict]:
+        """submitit's executor parameters the site sets (wckey, None: no line; srun flags), and its extra #SBATCH
+        options (additional_parameters)."""
+        site = self.site_setup().params(None)
+        return {"wckey": site["wckey"], "srun_args": site["srun_args"]}, site["extra"]
+
+
+def site_from_dict(raw: dict | None) -> SiteSetup:
+    problems: list[str] = []
+    site = SiteSetup.from_dict(raw or None, "site", problems)
+    if problems:
+        raise UserError("submission.json: the recorded site setup is not valid: " + "; ".join(problems))
+    return site
+
 
 def save_options(sweep_dir: Path, options: Options) -> None:
     """How this sweep's jobs go out; the watcher resubmits with the same (submission.json)."""
     atomic_write(Path(sweep_dir) / "submission.json", json.dumps(asdict(options), indent=1) + "\n")
+
+
+def first_launch(sweep_dir: Path, options: Options) -> Options:
+    """`options` with the interpreter, data directory and environment of the sweep's first launch (submission.json),
+    or this process's when there was none: a relaunch from another shell gives its jobs what the first launch did."""
+    saved = load_options(sweep_dir) if (Path(sweep_dir) / "submission.json").is_file() else Options()
+    return replace(options, python=saved.python or options.python or sys.executable,
+                   data_dir=saved.data_dir or options.data_dir, environment=launch_environment(saved.environment))
 
 
 def load_options(sweep_dir: Path, **changes) -> Options:
@@ -104,27 +144,30 @@ def log_folder(sweep: Sweep, root: str | Path | None = None) -> Path:
     return Path(root if root is not None else sweep.spec.output_root) / sweep.name / "slurm" / "%j"
 
 
-def sbatch_parameters(sweep: Sweep, plan: Plan, group: JobGroup) -> dict:
+def sbatch_parameters(sweep: Sweep, plan: Plan, group: JobGroup, data_dir: str | None = None) -> dict:
     """Keyword arguments of submitit's renderer (its `slurm_*` executor parameters) for one array (dry run)."""
+    options = Options(site=sweep.profile.site.to_dict(), data_dir=data_dir)
+    site, extra = options.site_params()
     params = {**resources_params(sweep.profile, group.resources), "job_name": f"{sweep.name}-{group.name}",
-              "map_count": group.size, "array_parallelism": plan.array_parallelism,
-              "setup": setup_lines(Path(sweep.spec.output_root) / sweep.name / "code" / "<content hash>")}
+              "map_count": group.size, "array_parallelism": plan.array_parallelism, **site,
+              "setup": options.setup(Path(sweep.spec.output_root).absolute() / sweep.name / "code" / "<content hash>")}
     if group.after:
         # The training array's job id exists only once it is submitted; dry-run shows where it goes.
         params["dependency"] = f"aftercorr:<job id of {sweep.name}-{group.after}>"
-        params["additional_parameters"] = {"kill-on-invalid-dep": "yes", "requeue": True}
+        params["additional_parameters"] = {**extra, "kill-on-invalid-dep": "yes", "requeue": True}
     else:
-        params["additional_parameters"] = {"requeue": True}
+        params["additional_parameters"] = {**extra, "requeue": True}
     return params
 
 
-def render_sbatch(sweep: Sweep, plan: Plan, group: JobGroup, python: str | None = None) -> str:
+def render_sbatch(sweep: Sweep, plan: Plan, group: JobGroup, python: str | None = None,
+                  data_dir: str | None = None) -> str:
     """The sbatch script submitit would write for this array (it runs `python -m submitit.core._submit`)."""
     folder = log_folder(sweep).absolute()
-    command = " ".join([shlex.quote(python or sys.executable), "-u -m submitit.core._submit",
-                        shlex.quote(str(folder))])
+    interpreter = Options(python=python, site=sweep.profile.site.to_dict()).interpreter()
+    command = " ".join([interpreter, "-u -m submitit.core._submit", shlex.quote(str(folder))])
     return _make_sbatch_string(command=command, folder=folder, signal_delay_s=sweep.profile.signal_delay_s,
-                               **sbatch_parameters(sweep, plan, group))
+                               **sbatch_parameters(sweep, plan, group, data_dir))
 
 
 # --- the backends ----------------------------------------------------------------------------------------------------
@@ -148,15 +191,17 @@ class SlurmBackend:
     def submit(self, kind: str, entry: str, run_dirs: list[str], params: dict, name: str, code: str,
                dependency: str | None = None, parallelism: int = 1) -> list[Submitted]:
         """One sbatch: an array when there are several run dirs, else a single job."""
-        ex = submitit.SlurmExecutor(folder=self.folder, max_num_timeout=self.options.max_num_timeout)
-        extra = {"requeue" if self.options.requeue else "no-requeue": True}
+        ex = submitit.SlurmExecutor(folder=self.folder, max_num_timeout=self.options.max_num_timeout,
+                                    python=self.options.interpreter())
+        site, extra = self.options.site_params()
+        extra[("requeue" if self.options.requeue else "no-requeue")] = True
         if dependency:
             extra["kill-on-invalid-dep"] = "yes"
-        ex.update_parameters(**params, job_name=name, signal_delay_s=self.options.signal_delay_s,
-                             array_parallelism=parallelism, setup=setup_lines(code), dependency=dependency,
+        ex.update_parameters(**params, **site, job_name=name, signal_delay_s=self.options.signal_delay_s,
+                             array_parallelism=parallelism, setup=self.options.setup(code), dependency=dependency,
                              additional_parameters=extra)
         try:
-            with ex.batch():
+            with submitting_with(self.options.environment), ex.batch():
                 submitted = [ex.submit(CALLABLES[kind](entry), run_dir) for run_dir in run_dirs]
         except (FailedJobError, FailedSubmissionError, OSError) as err:
             raise SlurmError(f"sbatch of {name} failed: {str(err).strip()[:500]}; the submission is recorded as an "
@@ -197,7 +242,7 @@ class LocalBackend:
                dependency: str | None = None, parallelism: int = 1) -> list[Submitted]:
         ex = submitit.LocalExecutor(folder=self.folder, max_num_timeout=self.options.max_num_timeout)
         ex.update_parameters(timeout_min=params.get("time", 60), tasks_per_node=1,
-                             signal_delay_s=self.options.signal_delay_s, setup=setup_lines(code))
+                             signal_delay_s=self.options.signal_delay_s, setup=self.options.setup(code))
         out = []
         for run_dir in run_dirs:
             job = ex.submit(CALLABLES[kind](entry), run_dir)
@@ -276,17 +321,21 @@ def watcher_params(profile: SlurmProfile) -> dict:
 
 
 def submit_watcher(fn, sweep_dir: Path, kwargs: dict, params: dict, code: str, dependency: str | None = None,
-                   signal_delay_s: int = 10) -> str:
+                   signal_delay_s: int = 10, options: Options | None = None) -> str:
     """The watcher as a small Slurm job of its own (`fn(sweep_dir, **kwargs)`: orchestrator/watch/job.py
     `watch_job`), named `<sweep>-watcher`, one CPU; returns its job id. It hands over to its successor before its
     limit by itself, so the warning signal comes late (`signal_delay_s`). Slurm may requeue it (a node failure): it
     comes back as itself. Its logs go with the sweep's."""
-    ex = submitit.SlurmExecutor(folder=Path(sweep_dir).absolute() / "slurm" / "%j", max_num_timeout=0)
-    ex.update_parameters(**params, job_name=watcher_name(sweep_dir), setup=setup_lines(code),
+    options = options or load_options(sweep_dir)
+    ex = submitit.SlurmExecutor(folder=Path(sweep_dir).absolute() / "slurm" / "%j", max_num_timeout=0,
+                                python=options.interpreter())
+    site, extra = options.site_params()
+    ex.update_parameters(**params, **site, job_name=watcher_name(sweep_dir), setup=options.setup(code),
                          dependency=dependency, nodes=1, ntasks_per_node=1, cpus_per_task=1,
-                         signal_delay_s=signal_delay_s, additional_parameters={"requeue": True})
+                         signal_delay_s=signal_delay_s, additional_parameters={**extra, "requeue": True})
     try:
-        return ex.submit(fn, str(sweep_dir), **kwargs).job_id
+        with submitting_with(options.environment):
+            return ex.submit(fn, str(sweep_dir), **kwargs).job_id
     except (FailedJobError, FailedSubmissionError, OSError) as err:
         raise SlurmError(f"sbatch of the watcher job failed: {str(err).strip()[:500]}") from None
 

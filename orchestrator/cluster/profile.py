@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from orchestrator.cluster import sbatch_values as sv
+from orchestrator.cluster.site import SiteSetup
 from record.errors import ConfigError, raise_if
 from record.plain import build
 from trainer.config import RunConfig
@@ -104,6 +105,9 @@ class SlurmProfile:
     # Where this cluster's jobs log (`orchestrate tracking status` prints it); a sweep's tracking.tracking_uri wins.
     tracking_uri: str | None = None
     watcher: WatcherResources = WatcherResources()
+    # The site's own job setup: shell lines, variables, interpreter, srun flags, GPU request form, extra #SBATCH
+    # options (orchestrator/cluster/site.py).
+    site: SiteSetup = SiteSetup()
 
     def __post_init__(self) -> None:
         raise_if(self.problems(), f"slurm profile {self.name}")
@@ -126,7 +130,7 @@ class SlurmProfile:
         problems: list[str] = []
         if not isinstance(data, Mapping):
             raise_if([f"{path}: {data!r} is not a mapping; see slurm/profiles/local.yaml"], f"slurm profile {name}")
-        valid = (*SCALARS, "tracking_uri", "eval", "by_model_size", "watcher", *RESOURCE_KEYS)
+        valid = (*SCALARS, "tracking_uri", "eval", "by_model_size", "watcher", "site", *RESOURCE_KEYS)
         problems += [f"{path}.{k}: unknown key; valid: {', '.join(valid)}" for k in data if k not in valid]
         top = {k: data[k] for k in (*SCALARS, "tracking_uri") if k in data}
         flat = sv.screen_memory({k: data[k] for k in RESOURCE_KEYS if k in data}, path, problems)
@@ -138,6 +142,7 @@ class SlurmProfile:
         watcher = data.get("watcher")
         watcher = sv.screen_memory(watcher, f"{path}.watcher", problems) if isinstance(watcher, Mapping) else watcher
         watcher = build(WatcherResources, watcher, f"{path}.watcher", problems)
+        site = SiteSetup.from_dict(data.get("site"), f"{path}.site", problems)
         if "partition" not in top:
             problems.append(f"{path}.partition: missing; give the Slurm partition (sinfo lists them)")
         if problems:  # the scalars' own problems too: construction, which checks them, is not reached
@@ -145,7 +150,7 @@ class SlurmProfile:
                                                                                f"{path}.tracking_uri"),
                      f"slurm profile {name}")
         try:
-            return cls(name=name, train=train, eval=evals, by_model_size=sizes, watcher=watcher, **top)
+            return cls(name=name, train=train, eval=evals, by_model_size=sizes, watcher=watcher, site=site, **top)
         except ConfigError as err:
             raise ConfigError([path + p[len("slurm"):] for p in err.problems], f"slurm profile {name}") from None
 
@@ -158,6 +163,7 @@ class SlurmProfile:
         out["watcher"] = {k: getattr(self.watcher, k) for k in ("partition", "mem_gb", "time_min")}
         out["by_model_size"] = [{"max_params_b": s.max_params_b, **_resources_dict(s.resources)}
                                 for s in self.by_model_size]
+        out["site"] = self.site.to_dict()
         return out
 
 
@@ -251,10 +257,12 @@ def resource_problems(config: RunConfig, res: SlurmResources, profile: str) -> l
 
 def resources_params(profile: SlurmProfile, res: SlurmResources) -> dict:
     """submitit's Slurm parameters for one job: one task per GPU (tasks_per_node), CPUs per task, memory per
-    node; no --gpus-per-node=0 on clusters without GPUs."""
+    node; no --gpus-per-node=0 on clusters without GPUs; the GPUs as `--gres` where the site asks for that form."""
     params = {"partition": profile.partition, "account": profile.account, "qos": profile.qos, "time": res.time_min,
               "nodes": res.nodes, "ntasks_per_node": res.tasks_per_node, "cpus_per_task": res.cpus_per_task,
               "gpus_per_node": res.gpus_per_node or None, "mem": mem_param(res.mem_gb), "constraint": res.constraint}
+    site = profile.site.params(res.gpus_per_node)
+    params.update({k: site[k] for k in ("gpus_per_node", "gres") if k in site})
     return {k: v for k, v in params.items() if v is not None}
 
 

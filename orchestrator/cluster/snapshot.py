@@ -7,17 +7,18 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shlex
 import shutil
 from pathlib import Path
 
+from orchestrator.cluster.site import SiteSetup, prologue
+
 REPO = Path(__file__).resolve().parents[2]  # the checkout this code runs from
-PACKAGES = ("orchestrator", "trainer", "eval")  # what a job imports; copied into every snapshot
+PACKAGES = ("orchestrator", "trainer", "eval", "record")  # what a job imports; copied into every snapshot
 MAX_SNAPSHOT_FILE = 5 * 1024**2  # larger files are data, not code: left out
 
 
 def snapshot_code(sweep_dir: Path, repo: Path = REPO) -> Path:
-    """Copy orchestrator/, trainer/, eval/ into `<sweep_dir>/code/<content hash>/` (once per content) and return
+    """Copy the PACKAGES into `<sweep_dir>/code/<content hash>/` (once per content) and return
     it. `.cache` (tiny model, JIT-built ops) is a link to the working tree's: a cache, not code."""
     files = sorted(p for pkg in PACKAGES if (repo / pkg).is_dir() for p in (repo / pkg).rglob("*")
                    if p.is_file() and "__pycache__" not in p.parts and not p.name.startswith(".")
@@ -44,15 +45,5 @@ def snapshot_code(sweep_dir: Path, repo: Path = REPO) -> Path:
 
 
 def setup_lines(code: Path | str) -> list[str]:
-    """Shell lines before the job's python: the snapshot first on sys.path, the working directory off it, and one
-    OpenMP thread per CPU Slurm gave the task (unless the user set OMP_NUM_THREADS). Without that, torch starts a
-    thread per core of the node, and two jobs side by side on 2 loaded cores took 20-47 s a step instead of ~1 s
-    (docs/results.md). Outside Slurm (the local executor) torch's default stays.
-    (Not TQDM_DISABLE: vLLM 0.32 divides by a disabled bar's elapsed time, 0, and the evaluation dies.)"""
-    code = shlex.quote(str(code))
-    return [f"export PYTHONPATH={code}${{PYTHONPATH:+:$PYTHONPATH}}", "export PYTHONSAFEPATH=1",
-            f"export COMEDY_CODE={code}",
-            'if [ -z "${OMP_NUM_THREADS:-}" ] && [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then '
-            'export OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK; fi']
-
-
+    """The shell lines before a job's python with no site setup (orchestrator/cluster/site.py `prologue`)."""
+    return prologue(SiteSetup(), str(code), None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -10,7 +11,15 @@ from rich.rule import Rule
 from rich.table import Table
 
 from orchestrator.arguments import add_sweep_arguments, add_watch_arguments
-from orchestrator.cluster.executor import Options, choose_executor, make_backend, render_sbatch, watcher_params
+from orchestrator.cluster.executor import (
+    Options,
+    choose_executor,
+    first_launch,
+    make_backend,
+    render_sbatch,
+    watcher_params,
+)
+from orchestrator.cluster.paths import Resolver
 from orchestrator.cluster.sbatch_values import LIMITS
 from orchestrator.console import console
 from orchestrator.launch.baselines import wait_baselines
@@ -18,10 +27,10 @@ from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import Plan, make_plan, summary_lines
 from orchestrator.launch.submit import launch
 from orchestrator.sweep.expand import Sweep, load_sweep
-from orchestrator.tracking.check import check_stores
+from orchestrator.tracking.check import check_stores, sqlite_written_by_jobs
 from orchestrator.watch.follow import follow
 from orchestrator.watch.job import DEFAULT_POLL_S, Starter
-from record.errors import UserError
+from record.errors import UserError, raise_if
 from record.identity import format_value
 
 EXAMPLES = """examples:
@@ -83,25 +92,34 @@ def run(args: argparse.Namespace) -> int:
     sweep = load_sweep(args.sweep, args.overrides)
     plan = make_plan(sweep)
     out = console()
+    sweep, resolver = resolve_paths(sweep)
     if args.dry_run:
-        print_plan(out, sweep, plan, args.rows)
+        print_plan(out, sweep, plan, args.rows, str(resolver.data))
+        for problem in resolver.problems:
+            out.print(f"a submission would stop here: {problem}", soft_wrap=True)
         out.print("dry run: nothing written, nothing submitted")
         return 0
-    check_stores(c.config.tracking.tracking_uri for c in sweep.cells)
+    executor, note = choose_executor(args.executor)
+    uris = [c.config.tracking.tracking_uri for c in sweep.cells]
+    # Every missing path at once, before anything is written: the probes of the tests read none of them.
+    raise_if([*(resolver.problems if args.train_entry == Options.train_entry else ()),
+              *(sqlite_written_by_jobs(uris) if executor == "slurm" and not sweep.profile.site.sqlite_jobs else ())],
+             f"sweep {args.sweep}: nothing written, nothing submitted")
+    check_stores(uris)
     done = materialise(sweep, plan)
     for line in summary_lines(sweep, plan):
         out.print(line, soft_wrap=True)
     out.print(f"wrote {done.written} run dir(s) ({done.unchanged} unchanged, {done.kept} kept as they were) "
               f"and {done.sweep_dir / 'manifest.json'}")
-    executor, note = choose_executor(args.executor)
     if note:
         out.print(note, soft_wrap=True)
     if args.train_entry == Options.train_entry:
         ensure_models(sweep, out)
     delay = args.signal_delay if args.signal_delay is not None else sweep.profile.signal_delay_s
-    options = Options(executor=executor, signal_delay_s=delay, requeue=not args.no_requeue,
-                      train_entry=args.train_entry, eval_entry=args.eval_entry)
     sweep_dir = done.sweep_dir.absolute()
+    options = first_launch(sweep_dir, Options(
+        executor=executor, signal_delay_s=delay, requeue=not args.no_requeue, train_entry=args.train_entry,
+        eval_entry=args.eval_entry, data_dir=str(resolver.data), site=sweep.profile.site.to_dict()))
     backend = make_backend(sweep_dir, options)
     starter = None if args.no_watcher else Starter(
         sweep_dir, watcher_params(sweep.profile), args.max_retries, args.poll or DEFAULT_POLL_S,
@@ -133,6 +151,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         out.print(f"follow it: orchestrate status {sweep_dir}")
     return 1 if starter is not None and starter.failed else 0
+
+
+def resolve_paths(sweep: Sweep) -> tuple[Sweep, Resolver]:
+    """Each cell's config with every path its jobs read made absolute (orchestrator/cluster/paths.py); the resolver
+    holds the problems found and the data directory."""
+    resolver = Resolver(sweep.source)
+    cells = tuple(dataclasses.replace(c, config=resolver.resolve(c.config)) for c in sweep.cells)
+    return dataclasses.replace(sweep, cells=cells), resolver
 
 
 def wait_for_baselines(sweep: Sweep, sweep_dir, backend, poll: float, timeout: float | None, out: Console) -> int:
@@ -171,7 +197,7 @@ def ensure_models(sweep: Sweep, out: Console) -> None:
     out.print(f"tiny model ready: {path}")
 
 
-def print_plan(console: Console, sweep: Sweep, plan: Plan, rows: int) -> None:
+def print_plan(console: Console, sweep: Sweep, plan: Plan, rows: int, data_dir: str | None = None) -> None:
     keys = sweep.spec.axis_keys()
     group_of = {i: g.name for g in plan.train for i in g.cells}
     cells = Table(title=f"sweep {sweep.name}: {len(sweep.cells)} cells ({sweep.source})")
@@ -204,4 +230,4 @@ def print_plan(console: Console, sweep: Sweep, plan: Plan, rows: int) -> None:
     console.print("counts: " + ", ".join(f"{k} {v}" for k, v in plan.counts().items()))
     for g in plan.groups:
         console.print(Rule(f"sbatch script: {sweep.name}-{g.name}"))
-        console.print(render_sbatch(sweep, plan, g), soft_wrap=True)  # no wrapped lines in a script
+        console.print(render_sbatch(sweep, plan, g, data_dir=data_dir), soft_wrap=True)  # no wrapped lines in a script

@@ -102,3 +102,19 @@ def check_stores(configured: Iterable[str]) -> None:
             f"\n  - {p}" for p in found)))
     for uri in {uri or default_tracking_uri() for uri in configured}:
         ensure_store(uri)
+
+
+def sqlite_written_by_jobs(configured: Iterable[str | None]) -> list[str]:
+    """One problem when the jobs of a Slurm sweep would write a SQLite store directly (the caller asks only where
+    the profile does not allow it: slurm/profiles/*.yaml `site.sqlite_jobs`), naming the two ways out."""
+    files = sorted({uri or default_tracking_uri() for uri in configured} - {None})
+    files = [uri for uri in files if uri.startswith("sqlite:")]
+    if not files:
+        return []
+    return [f"tracking: the jobs would write the SQLite store {files[0]}"
+            f"{f' (and {len(files) - 1} more)' if len(files) > 1 else ''} directly from compute nodes, where "
+            f"concurrent writers over a shared filesystem lose writes (docs/tracking.md). Either serve it: "
+            f"`orchestrate tracking up` on the login node (PostgreSQL from PATH or --pg-bin, else MLflow over a "
+            f"SQLite file on its local disk: one writer, the server), then set tracking_uri in the Slurm profile or "
+            f"MLFLOW_TRACKING_URI to the URL it prints; or, where every job runs on this one machine's local disk "
+            f"(the local cluster), set site.sqlite_jobs: true in the profile"]

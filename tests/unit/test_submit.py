@@ -26,7 +26,7 @@ SWEEPS = REPO / "sweeps"
 
 
 def fake_repo(root: Path, marker: str) -> Path:
-    for pkg in ("orchestrator", "trainer", "eval"):
+    for pkg in ("orchestrator", "trainer", "eval", "record"):
         (root / pkg).mkdir(parents=True, exist_ok=True)
         (root / pkg / "__init__.py").write_text(f"WHERE = {marker!r}\n")
     (root / "orchestrator" / "__pycache__").mkdir(exist_ok=True)
@@ -40,7 +40,7 @@ def test_the_snapshot_is_keyed_by_content_and_holds_only_the_packages(tmp_path):
     first = snapshot_code(tmp_path / "sweep", repo)
     assert snapshot_code(tmp_path / "sweep", repo) == first  # same content: same directory, no copy
     copied = sorted(p.relative_to(first).as_posix() for p in first.glob("[!.]*/**/*") if p.is_file())
-    assert copied == ["eval/__init__.py", "orchestrator/__init__.py", "trainer/__init__.py"]
+    assert copied == ["eval/__init__.py", "orchestrator/__init__.py", "record/__init__.py", "trainer/__init__.py"]
     assert (first / ".cache").resolve() == (repo / ".cache").resolve()
     (repo / "trainer" / "__init__.py").write_text("WHERE = 'edited'\n")
     second = snapshot_code(tmp_path / "sweep", repo)
@@ -63,7 +63,9 @@ def test_a_job_imports_the_snapshot_even_when_started_in_the_working_tree(tmp_pa
 
 @pytest.mark.parametrize(("given", "expected"), [
     ({"SLURM_CPUS_PER_TASK": "3"}, "3"),  # one OpenMP thread per CPU Slurm gave the task
-    ({"SLURM_CPUS_PER_TASK": "3", "OMP_NUM_THREADS": "5"}, "5"),  # the user's choice wins
+    # An inherited value (a resubmitting watcher's one thread) never wins; the profile's site.env does
+    # (tests/unit/test_site.py).
+    ({"SLURM_CPUS_PER_TASK": "3", "OMP_NUM_THREADS": "1"}, "3"),
     ({}, "unset"),  # outside Slurm, torch's default
 ])
 def test_a_job_runs_one_openmp_thread_per_cpu_slurm_gave_it(tmp_path, given, expected):

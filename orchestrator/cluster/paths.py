@@ -1,0 +1,146 @@
+"""Every path a job reads, resolved at submission into the cell's own config and checked there.
+
+A job runs from the sweep's code snapshot, on a node whose working directory, environment and filesystem may not be
+the login node's (the checkout renamed, `--export=NONE`). So `orchestrate sweep` writes into each cell's config.yaml,
+as absolute paths, the training and validation files (`data: math` with no path: the files `orchestrate data
+prepare` wrote, under $COMEDY_DATA or <checkout>/data), the model (a local directory or GGUF file made absolute; a
+hub id: its snapshot in the Hugging Face cache, which compute nodes read offline) and the tracking store (a SQLite
+file's absolute URI). Every missing thing is one problem, naming the command that fixes it, refused before
+anything is submitted.
+
+None of these enters the training identity (record/fields.py: machinery; the model by its weights, record/weights.py),
+so moving the data or fetching the model into a directory changes no run_key. The evaluation's data directory
+travels in the job's prologue (COMEDY_DATA, orchestrator/cluster/site.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from huggingface_hub import constants as hf_constants
+from huggingface_hub import try_to_load_from_cache
+
+from eval import taskfiles
+from trainer.config import TINY_MODEL, RunConfig
+from trainer.data import DEFAULT_FILES, data_dir
+
+NAMED_MODELS = (TINY_MODEL, "smollm2-135m-instruct")  # built in the project's cache (trainer/model_source.py)
+WEIGHTS = (".safetensors", ".bin", ".pt", ".pth")
+TOKENIZER = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+@dataclasses.dataclass
+class Resolver:
+    """Resolves the cells of one sweep (`sweep`: its file, for the commands in the messages); `problems` collects
+    each distinct problem once, however many cells share it."""
+
+    sweep: str
+    data: Path = dataclasses.field(default_factory=lambda: data_dir().absolute())
+    cwd: Path = dataclasses.field(default_factory=Path.cwd)
+    problems: dict[str, None] = dataclasses.field(default_factory=dict)
+
+    def resolve(self, config: RunConfig) -> RunConfig:
+        d, m, t = config.data, config.model, config.tracking
+        data = dataclasses.replace(d, train_path=self._data(config, "train_path", "train"),
+                                   val_path=self._data(config, "val_path", d.val_split))
+        model = dataclasses.replace(m, name_or_path=self._model(m.name_or_path))
+        tracking = dataclasses.replace(t, tracking_uri=self._tracking(t.tracking_uri))
+        self._eval_files(config)
+        return dataclasses.replace(config, data=data, model=model, tracking=tracking)
+
+    def _note(self, problem: str) -> None:
+        self.problems[problem] = None
+
+    def _data(self, config: RunConfig, key: str, split: str) -> str | None:
+        given, dataset = getattr(config.data, key), config.data.dataset
+        needed = key == "train_path" or config.data.val_every > 0
+        if given is None:
+            default = DEFAULT_FILES.get((dataset, split))
+            if default is None:  # the tiny task is generated in the job; other sets need a file
+                if dataset != "tiny" and needed:
+                    self._note(f"data.{key}: not set, and dataset {dataset!r} has no default file for split "
+                               f"{split!r}; set data.{key} to a jsonl file with problem and answer fields")
+                return None
+            file = self.data / default
+        else:
+            file = Path(os.path.abspath(self.cwd / Path(given).expanduser()))
+        if needed and not file.is_file():
+            fix = (f"run `orchestrate data prepare --out {file.parent}`" if given is None else
+                   f"fix data.{key} in {self.sweep} (relative paths are read from {self.cwd})")
+            self._note(f"data.{key}: {file} does not exist; {fix}")
+        return str(file)
+
+    def _model(self, name: str) -> str:
+        if name in NAMED_MODELS:
+            return name
+        local = Path(os.path.abspath(self.cwd / Path(name).expanduser()))
+        if name.startswith(("/", ".", "~")) or local.exists():
+            if local.suffix == ".gguf":
+                if not local.is_file():
+                    self._note(f"model.name_or_path: {local} does not exist; give the GGUF file's path")
+            else:
+                for missing in missing_parts(local):
+                    self._note(f"model.name_or_path: {local} has no {missing}; give a directory that "
+                               f"save_pretrained wrote, or a hub id fetched with `orchestrate models fetch`")
+            return str(local)
+        snapshot = hub_snapshot(name)
+        if snapshot is None or missing_parts(snapshot):
+            self._note(f"model.name_or_path: {name} is not (wholly) in the Hugging Face cache "
+                       f"({hf_constants.HF_HUB_CACHE}); compute nodes run offline: run `orchestrate models fetch "
+                       f"{self.sweep}` on a login node, or give a local directory")
+            return name
+        return str(snapshot)
+
+    def _tracking(self, uri: str | None) -> str | None:
+        """A SQLite file's URI made absolute (a job's working directory is not the launch's); none given: this
+        process's MLFLOW_TRACKING_URI, else the default store under ./runs, fixed here."""
+        if not uri:
+            env = os.environ.get("MLFLOW_TRACKING_URI")
+            if env and "@" in env.split("://", 1)[-1].split("/", 1)[0]:
+                return uri  # credentials in the URI stay out of config.yaml: the job gets them from sbatch
+            uri = env or f"sqlite:///{self.cwd / 'runs' / 'mlflow.db'}"
+        if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+            return f"sqlite:///{os.path.abspath(self.cwd / uri[len('sqlite:///'):])}"
+        return uri
+
+    def _eval_files(self, config: RunConfig) -> None:
+        for task in config.eval.tasks:
+            try:
+                file = self.data / taskfiles.data_file(task)
+            except (OSError, KeyError, TypeError, ValueError):
+                continue  # an unknown task is the sweep checks' to refuse
+            if not file.is_file() and not file.name.startswith("tiny_"):  # the tiny sets are generated in the job
+                self._note(f"eval.tasks: {task} reads {file}, which does not exist; run `orchestrate data prepare "
+                           f"--out {self.data}`")
+
+
+def missing_parts(directory: Path) -> list[str]:
+    """What a checkpoint directory lacks of config.json, a tokenizer and weights (every shard its index names)."""
+    if not directory.is_dir():
+        return ["directory (it does not exist)"]
+    names = {p.name for p in directory.iterdir()}
+    out = [] if "config.json" in names else ["config.json"]
+    if not names & set(TOKENIZER):
+        out.append("tokenizer (tokenizer.json, tokenizer.model or vocab.json)")
+    index = next((directory / n for n in names if n.endswith(".index.json")), None)
+    if index is not None:
+        try:
+            shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+        except (OSError, ValueError, KeyError, AttributeError):
+            shards = {index.name}
+        out += [f"weight shard {s}" for s in sorted(shards - names)]
+    elif not any(n.endswith(WEIGHTS) for n in names):
+        out.append("weights (*.safetensors or *.bin)")
+    return out
+
+
+def hub_snapshot(repo_id: str) -> Path | None:
+    """The cached snapshot directory of a hub model's default revision, or None when its config.json is not there."""
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except ValueError:  # not a valid repo id
+        return None
+    return Path(found).parent if isinstance(found, str) else None
