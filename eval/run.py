@@ -97,7 +97,7 @@ def _settings(ev, k, seeds, backend, max_tokens, limit, chat_template) -> Settin
         raise EvalError(str(err)) from None
     chat = ev.chat_template if chat_template is None else chat_template
     return Settings(k or ev.k, ev.temperature, ev.top_p, max_tokens or ev.max_tokens, chat,
-                    tuple(seeds if seeds is not None else ev.seeds), chosen, limit)
+                    tuple(seeds if seeds is not None else ev.seeds), chosen, limit or ev.limit)
 
 
 def _check_tasks(tasks: list[str]) -> list[str]:

@@ -61,6 +61,7 @@ FIELDS: dict[str, str] = {
     "eval.chat_template": EVALUATES,
     "eval.seeds": EVALUATES,
     "eval.backend": EVALUATES,
+    "eval.limit": EVALUATES,  # the first N problems of each task (issue 23's smoke runs)
     "tracking.tracking_uri": MACHINERY,  # a resumed run keeps logging to the store it started in
     "tracking.experiment": MACHINERY,
     "kl.estimator": COMPUTES,

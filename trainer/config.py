@@ -199,6 +199,8 @@ class EvalConfig:
     seeds: tuple[int, ...] = (0,)
     # lm-eval's model backend: "vllm" (the paper's), "hf", or null: vLLM where there is a GPU, else hf.
     backend: str | None = None
+    # Only the first N problems of each task (a smoke run on a CPU model); null: all of them, as the paper.
+    limit: int | None = None
 
     def __post_init__(self) -> None:
         raise_if(self.problems("eval"), "eval")
@@ -222,6 +224,8 @@ class EvalConfig:
                 check_int(p, f"{path}.seeds[{i}]", seed, 0)
         if self.backend is not None:
             check_choice(p, f"{path}.backend", self.backend, ENGINES)  # the same two names as rollout.engine
+        if self.limit is not None:
+            check_int(p, f"{path}.limit", self.limit, 1)
         return p
 
 
