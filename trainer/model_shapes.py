@@ -32,14 +32,23 @@ class Shape:
         return self.head_dim or self.hidden // self.heads
 
     @property
-    def params(self) -> int:
-        """Parameters: embeddings (+ head unless tied), attention (q, k, v with Qwen's biases, o), MLP, norms."""
+    def layer_params(self) -> int:
+        """One decoder layer: attention (q, k, v with Qwen2's biases, o; Qwen3's q/k norms), MLP, two norms."""
         d, h = self.hidden, self.dim_head
         q, kv = self.heads * h, self.kv_heads * h
         bias = q + 2 * kv if self.arch == "qwen2" else 0
-        attn = d * q + 2 * d * kv + q * d + bias + (2 * h if self.arch == "qwen3" else 0)  # qwen3: q/k norms
-        layer = attn + 3 * d * self.intermediate + 2 * d
-        return self.vocab * d * (1 if self.tied else 2) + self.layers * layer + d
+        attn = d * q + 2 * d * kv + q * d + bias + (2 * h if self.arch == "qwen3" else 0)
+        return attn + 3 * d * self.intermediate + 2 * d
+
+    @property
+    def params(self) -> int:
+        """Parameters: embeddings (+ head unless tied), the layers, the final norm."""
+        return self.vocab * self.hidden * (1 if self.tied else 2) + self.layers * self.layer_params + self.hidden
+
+    @property
+    def largest_layer_params(self) -> int:
+        """The largest module ZeRO-3 gathers whole: the embedding (or head) or one decoder layer."""
+        return max(self.vocab * self.hidden, self.layer_params)
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """vLLM's KV cache per token: K and V for every layer and KV head."""

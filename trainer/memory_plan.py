@@ -1,0 +1,103 @@
+"""The memory plan of one training cell: estimated peak bytes per GPU, term by term, before anything is submitted.
+Pure arithmetic on the run config and the model's published shape (trainer/model_shapes.py); `orchestrate validate`
+and the sweep's dry run print it.
+
+Terms (per GPU, N = training ranks; P parameters; bf16 training):
+    model states   ZeRO-3 shards: bf16 params 2, fp32 master 4, Adam m and v 8, fp32 gradient partition 4 bytes a
+                   parameter, / N, plus the largest module gathered whole (4 bytes a parameter): DeepSpeed's own
+                   estimator's terms (estimate_zero3_model_states_mem_needs; tests/unit/test_memory_plan.py)
+    reference      bf16, / N under ZeRO-3 (memory.reference zero3), whole as a replica, 0 where skipped
+    activations    tokens x layers x per-layer elements x 2 bytes; per token and layer a decoder keeps
+                   8 d + 4 I + 2 kv + heads + 2 elements (d hidden, I intermediate, kv the K/V width), measured on
+                   CPU with saved_tensors_hooks on the published shapes (test_memory_plan.py, within 2%); with
+                   checkpointing, one layer input (d) a layer, plus one layer recomputed in full
+    logits         the response positions' logits in bf16 (kept for the chunked log-softmax's backward) plus one
+                   chunk's fp32 working set (3 copies of chunk x vocab)
+    vLLM           gpu_memory_utilization x GPU memory while awake; it sleeps (CUDA) while the policy trains, so the
+                   peak is the larger of training (states + reference + activations + logits) and rollout (states +
+                   reference + vLLM)
+Estimates, not measurements: no GPU has run this project (docs/trainer.md, "Memory").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainer.config import RunConfig
+from trainer.model_shapes import Shape, shape_of
+
+GB = 1e9
+STATE_BYTES = 2 + 4 + 8 + 4  # bf16 params, fp32 master, Adam m and v, fp32 gradient partition
+CUDA_CONTEXT_GB = 1.0        # CUDA context and NCCL buffers, per GPU: a round allowance
+
+
+def layer_elements_per_token(shape: Shape) -> int:
+    """Elements one decoder layer keeps for backward per token, without checkpointing (measured formula)."""
+    return 8 * shape.hidden + 4 * shape.intermediate + 2 * shape.kv_heads * shape.dim_head + shape.heads + 2
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Estimated GB per GPU of each term, the peak, and what to turn when it does not fit."""
+
+    model: str
+    ranks: int
+    terms: dict[str, float]
+    train_peak_gb: float
+    rollout_peak_gb: float
+    gpu_mem_gb: float | None
+
+    @property
+    def peak_gb(self) -> float:
+        return max(self.train_peak_gb, self.rollout_peak_gb)
+
+    @property
+    def fits(self) -> bool:
+        return self.gpu_mem_gb is None or self.peak_gb <= self.gpu_mem_gb
+
+    def lines(self) -> list[str]:
+        terms = ", ".join(f"{k} {v:.1f}" for k, v in self.terms.items())
+        limit = f" of {self.gpu_mem_gb:g} GB" if self.gpu_mem_gb else " (the profile states no gpu_mem_gb: not checked)"
+        return [f"memory {self.model} on {self.ranks} GPU(s), GB per GPU (estimated): {terms}",
+                f"  peak {self.peak_gb:.1f}{limit} (training {self.train_peak_gb:.1f}, "
+                f"rollout {self.rollout_peak_gb:.1f})"]
+
+    def problem(self) -> str | None:
+        """One line naming the knob to turn, when the plan does not fit."""
+        if self.fits:
+            return None
+        act = max(("activations", "logits", "reference", "vllm"), key=lambda k: self.terms.get(k, 0.0))
+        fix = {"activations": "set memory.gradient_checkpointing=true or lower memory.micro_batch_tokens",
+               "logits": "lower memory.micro_batch_tokens or memory.logprob_chunk_tokens",
+               "reference": "set memory.reference=zero3",
+               "vllm": "lower rollout.gpu_memory_utilization"}[act]
+        return (f"memory: {self.model} needs ~{self.peak_gb:.0f} GB per GPU, the GPU has {self.gpu_mem_gb:g}; "
+                f"the largest term is {act} ({self.terms[act]:.0f} GB): {fix}")
+
+
+def plan(cfg: RunConfig, ranks: int, gpu_mem_gb: float | None, gpu: bool = True) -> MemoryPlan | None:
+    """The plan of `cfg` trained on `ranks` GPUs; None for a model whose shape is not known."""
+    shape = shape_of(cfg.model.name_or_path)
+    if shape is None or ranks < 1:
+        return None
+    P, n, m = shape.params, ranks, cfg.memory
+    r, G = cfg.rollout, cfg.algorithm.group_size
+    local_groups = max(1, cfg.optim.batch_prompts // n // cfg.optim.updates_per_batch)
+    seq = r.max_prompt_tokens + r.max_response_tokens
+    groups = m.micro_groups(4, G, seq, local_groups)
+    tokens, responses = groups * G * seq, groups * G * (r.max_response_tokens + 1)
+    per_layer = layer_elements_per_token(shape) * 2  # bf16 bytes
+    if m.checkpointing(P / 1e9):
+        activations = tokens * (shape.layers * shape.hidden * 2 + per_layer)
+    else:
+        activations = tokens * shape.layers * per_layer
+    logits = responses * shape.vocab * 2 + 3 * min(m.logprob_chunk_tokens, responses) * shape.vocab * 4
+    uses_ref = (cfg.kl.placement != "none" and cfg.kl.beta > 0) or not m.skip_unused_reference
+    reference = 0.0 if not uses_ref else 2 * P / (n if m.reference_place(gpu) == "zero3" else 1)
+    vllm = r.gpu_memory_utilization * gpu_mem_gb * GB if (gpu_mem_gb and r.engine == "vllm") else 0.0
+    states = STATE_BYTES * P / n + 4 * shape.largest_layer_params
+    terms = {"states": states / GB, "reference": reference / GB, "activations": activations / GB,
+             "logits": logits / GB, "vllm": vllm / GB, "cuda": CUDA_CONTEXT_GB}
+    base = terms["states"] + terms["reference"] + terms["cuda"]
+    return MemoryPlan(cfg.model.name_or_path, n, terms, base + terms["activations"] + terms["logits"],
+                      base + terms["vllm"], gpu_mem_gb)
