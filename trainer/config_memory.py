@@ -19,11 +19,11 @@ from record.checks import check_bool, check_choice, check_int
 from record.errors import raise_if
 
 REFERENCE_PLACES = ("zero3", "replica")
-# Gradient checkpointing's default threshold. Without it a decoder layer keeps ~34 hidden-widths of bf16 per token
-# for backward (measured: tests/unit/test_memory_plan.py); Qwen2.5-1.5B at 28 layers x 1,536 wide keeps ~2.9 GB per
-# 1,000 tokens, so the paper's 25k-token micro-batch needs ~70 GB; Qwen2.5-0.5B (24 x 896) ~1.5 GB per 1,000 tokens
-# still trains a 20k-token micro-batch in 30 GB beside its small shards. From 1B up, checkpointing (recomputing one
-# forward, about a third more compute) is what lets the micro-batch be large; below it, the compute is the cost.
+# Gradient checkpointing's default threshold. Without it a decoder layer keeps 8d + 4I + 2kv + heads + 2 elements per
+# token for backward (measured: tests/unit/test_memory_plan.py): Qwen2.5-1.5B (28 layers, d 1,536) keeps ~2.7 GB of
+# bf16 per 1,000 tokens, so the paper's 25k-token micro-batch needs ~68 GB; Qwen2.5-0.5B (24 x 896) ~1.3 GB per
+# 1,000 tokens still trains a 20k-token micro-batch in ~26 GB beside its small shards. From 1B up, checkpointing
+# (one more forward, about a third more compute) is what lets the micro-batch be large; below it, compute is the cost.
 CHECKPOINTING_MIN_PARAMS_B = 1.0
 
 
