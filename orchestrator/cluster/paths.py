@@ -8,6 +8,11 @@ hub id: its snapshot in the Hugging Face cache, which compute nodes read offline
 file's absolute URI). Every missing thing is one problem, naming the command that fixes it, refused before
 anything is submitted.
 
+Data files that live inside the checkout (the default: `orchestrate data prepare` writes <checkout>/data) are
+carried with the sweep (`carry`): copied once per content into `<sweep_dir>/data/<hash>/`, like the code snapshot,
+so renaming, pruning or switching the checkout never reaches a queued job. Files elsewhere (a shared $COMEDY_DATA)
+are read where they are.
+
 None of these enters the training identity (record/fields.py: machinery; the model by its weights, record/weights.py),
 so moving the data or fetching the model into a directory changes no run_key. The evaluation's data directory
 travels in the job's prologue (COMEDY_DATA, orchestrator/cluster/site.py).
@@ -16,8 +21,10 @@ travels in the job's prologue (COMEDY_DATA, orchestrator/cluster/site.py).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 from huggingface_hub import constants as hf_constants
@@ -27,6 +34,7 @@ from eval import taskfiles
 from trainer.config import TINY_MODEL, RunConfig
 from trainer.data import DEFAULT_FILES, data_dir
 
+REPO = Path(__file__).resolve().parents[2]  # the checkout this code runs from
 NAMED_MODELS = (TINY_MODEL, "smollm2-135m-instruct")  # built in the project's cache (trainer/model_source.py)
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth")
 TOKENIZER = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
@@ -41,6 +49,7 @@ class Resolver:
     data: Path = dataclasses.field(default_factory=lambda: data_dir().absolute())
     cwd: Path = dataclasses.field(default_factory=Path.cwd)
     problems: dict[str, None] = dataclasses.field(default_factory=dict)
+    carried: dict[str, Path] = dataclasses.field(default_factory=dict)  # file name -> a file inside the checkout
 
     def resolve(self, config: RunConfig) -> RunConfig:
         d, m, t = config.data, config.model, config.tracking
@@ -71,7 +80,43 @@ class Resolver:
             fix = (f"run `orchestrate data prepare --out {file.parent}`" if given is None else
                    f"fix data.{key} in {self.sweep} (relative paths are read from {self.cwd})")
             self._note(f"data.{key}: {file} does not exist; {fix}")
+        self._carry(file)
         return str(file)
+
+    def _carry(self, file: Path) -> None:
+        if not file.is_file() or not file.resolve().is_relative_to(REPO):
+            return
+        if self.carried.setdefault(file.name, file) != file:
+            self._note(f"data: {file} and {self.carried[file.name]} share a name inside the checkout; rename one "
+                       f"(the sweep carries both into one directory)")
+
+    def carry(self, sweep_dir: Path, configs: list[RunConfig]) -> list[RunConfig]:
+        """Copy the files inside the checkout into `<sweep_dir>/data/<content hash>/` (once per content; the data
+        directory moves there too when it is inside the checkout) and point the configs at the copies."""
+        if not self.carried:
+            return configs
+        digest = hashlib.sha256()
+        for name, file in sorted(self.carried.items()):
+            digest.update(name.encode() + b"\0" + file.read_bytes() + b"\0")
+        target = Path(sweep_dir).absolute() / "data" / digest.hexdigest()[:12]
+        if not target.is_dir():
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            tmp.mkdir(parents=True, exist_ok=True)
+            for name, file in self.carried.items():
+                shutil.copy2(file, tmp / name)
+            try:
+                os.rename(tmp, target)
+            except OSError:  # another orchestrator carried the same files first
+                shutil.rmtree(tmp, ignore_errors=True)
+        moved = {str(file): str(target / name) for name, file in self.carried.items()}
+        if self.data.resolve().is_relative_to(REPO):
+            self.data = target
+
+        def where(path: str | None) -> str | None:
+            return moved.get(path, path) if path else path
+
+        return [dataclasses.replace(c, data=dataclasses.replace(c.data, train_path=where(c.data.train_path),
+                                                                 val_path=where(c.data.val_path))) for c in configs]
 
     def _model(self, name: str) -> str:
         if name in NAMED_MODELS:
@@ -115,6 +160,7 @@ class Resolver:
             if not file.is_file() and not file.name.startswith("tiny_"):  # the tiny sets are generated in the job
                 self._note(f"eval.tasks: {task} reads {file}, which does not exist; run `orchestrate data prepare "
                            f"--out {self.data}`")
+            self._carry(file)
 
 
 def missing_parts(directory: Path) -> list[str]:

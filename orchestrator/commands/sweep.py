@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -106,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
               *(sqlite_written_by_jobs(uris) if executor == "slurm" and not sweep.profile.site.sqlite_jobs else ())],
              f"sweep {args.sweep}: nothing written, nothing submitted")
     check_stores(uris)
+    sweep = carry_data(sweep, resolver)
     done = materialise(sweep, plan)
     for line in summary_lines(sweep, plan):
         out.print(line, soft_wrap=True)
@@ -159,6 +161,13 @@ def resolve_paths(sweep: Sweep) -> tuple[Sweep, Resolver]:
     resolver = Resolver(sweep.source)
     cells = tuple(dataclasses.replace(c, config=resolver.resolve(c.config)) for c in sweep.cells)
     return dataclasses.replace(sweep, cells=cells), resolver
+
+
+def carry_data(sweep: Sweep, resolver: Resolver) -> Sweep:
+    """The data files inside the checkout copied into the sweep's directory, and the cells pointed at them."""
+    configs = resolver.carry(Path(sweep.spec.output_root) / sweep.name, [c.config for c in sweep.cells])
+    return dataclasses.replace(sweep, cells=tuple(dataclasses.replace(c, config=cfg)
+                                                  for c, cfg in zip(sweep.cells, configs)))
 
 
 def wait_for_baselines(sweep: Sweep, sweep_dir, backend, poll: float, timeout: float | None, out: Console) -> int:

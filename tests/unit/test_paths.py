@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants as hf_constants
 
+from orchestrator.cluster import paths
 from orchestrator.cluster.paths import Resolver, missing_parts
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.tracking.check import sqlite_written_by_jobs
@@ -135,3 +136,24 @@ def test_the_sweep_command_refuses_missing_data_before_writing_anything(tmp_path
     assert "math_train.jsonl does not exist" in out and "math_test.jsonl does not exist" in out, out
     assert f"orchestrate data prepare --out {tmp_path}/nodata" in out and "Traceback" not in out
     assert not (tmp_path / "runs").exists()
+
+
+def test_data_inside_the_checkout_travels_with_the_sweep(tmp_path, monkeypatch):
+    """Files under the checkout (the default <checkout>/data) are copied once per content into the sweep's
+    directory, the configs and the evaluation's data directory point there: renaming the checkout reaches no job."""
+    checkout = tmp_path / "checkout"
+    monkeypatch.setattr(paths, "REPO", checkout.resolve())
+    data = math_files(checkout / "data")
+    (data / "math500.jsonl").write_text(json.dumps({"problem": "p", "answer": "a"}) + "\n")
+    here = Resolver("s.yaml", data=data, cwd=checkout)
+    configs = [here.resolve(config("data=math", "eval.tasks=[math500]"))]
+    carried = here.carry(tmp_path / "sweep", configs)
+    target = Path(carried[0].data.train_path).parent
+    assert target.parent == tmp_path / "sweep" / "data" and here.data == target
+    assert sorted(p.name for p in target.iterdir()) == ["math500.jsonl", "math_test.jsonl", "math_train.jsonl"]
+    assert Path(carried[0].data.val_path) == target / "math_test.jsonl"
+    again = Resolver("s.yaml", data=data, cwd=checkout)
+    assert again.carry(tmp_path / "sweep", [again.resolve(configs[0])]) == carried  # same content, same copy
+    outside = Resolver("s.yaml", data=math_files(tmp_path / "shared"), cwd=checkout)
+    cfg = outside.resolve(config("data=math", "eval.tasks=[tiny]"))
+    assert outside.carry(tmp_path / "sweep", [cfg]) == [cfg]  # a shared data directory is read in place
