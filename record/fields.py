@@ -84,7 +84,9 @@ FIELDS: dict[str, str] = {
     "memory.micro_batch_tokens": MACHINERY,
     "memory.logprob_chunk_tokens": MACHINERY,
     "memory.reference": MACHINERY,
-    "memory.skip_unused_reference": MACHINERY,
+    # Not machinery: skipping the reference drops the train/kl_k* curves and the collapse detector's KL rule from the
+    # logged training curve of a beta-0 or placement-none cell.
+    "memory.skip_unused_reference": COMPUTES,
     "seed": COMPUTES,
     # Judgement: the detector's thresholds and on_collapse decide whether a run stops early (on_collapse: stop),
     # which changes what is trained; one mapping, classified whole.

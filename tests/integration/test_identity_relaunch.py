@@ -1,0 +1,84 @@
+"""Relaunching a finished sweep on the local Slurm cluster (issue 32): a machinery change submits nothing, an added
+evaluation task submits evaluations alone (one per trained cell) and status shows both tasks, a change to what
+training computes makes new cells beside the old. The jobs are the probe's (orchestrator/jobs.py): this is about
+what the orchestrator submits; the real evaluation's side of the seam is tests/integration/test_status_seam.py."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.launch.ledger import Ledger, attempts
+from record.rundir import RunDir
+from tests.integration.test_submission_cli import PROBE, SMALL, orchestrate, probes
+from tests.support.slurm_queue import cancel_named
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def sweep_args(tmp_path):
+    name = f"i{uuid.uuid4().hex[:8]}"
+    args = [str(REPO / "sweeps" / "smoke.yaml"), f"sweep.name={name}", f"sweep.output_root={tmp_path}", *SMALL]
+    yield name, args, tmp_path / name
+    cancel_named(name)
+
+
+def relaunch(args: list[str], cwd: Path, *changes: str) -> str:
+    done = orchestrate("sweep", *args, *changes, *PROBE, "--no-watcher", cwd=cwd)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def settle(sweep_dir: Path, cwd: Path) -> dict:
+    watch = orchestrate("watch", str(sweep_dir), "--poll", "2", "--timeout", "200", cwd=cwd)
+    assert watch.returncode == 0, watch.stdout + watch.stderr
+    return Ledger(sweep_dir).records()
+
+
+def jobs_of(records: dict) -> dict[str, tuple[int, int]]:
+    return {k: (len(attempts(r, "train")), len(attempts(r, "eval"))) for k, r in records.items()}
+
+
+def test_a_finished_sweep_relaunched_trains_only_what_computes_something_new(sweep_args, tmp_path):
+    name, args, sweep_dir = sweep_args
+    args = [*args, "eval.tasks=[tiny]", "eval.k=2"]
+    keys = probes(args, {"steps": 2}, {"steps": 2})
+    relaunch(args, tmp_path)
+    first = settle(sweep_dir, tmp_path)
+    assert jobs_of(first) == {k: (1, 1) for k in keys}
+
+    # (a) machinery: where checkpoints go, vLLM's memory share, where the data lives
+    out = relaunch(args, tmp_path, "checkpoint.keep_last=5", "rollout.gpu_memory_utilization=0.5",
+                   f"data.train_path={tmp_path / 'moved' / 'train.jsonl'}")
+    assert "submitted 0 training job(s) with chained evaluations and 0 evaluation(s) alone" in out, out
+    assert jobs_of(Ledger(sweep_dir).records()) == jobs_of(first)
+    config = yaml.safe_load(RunDir(sweep_dir / keys[0]).config.read_text())
+    assert config["checkpoint"]["keep_last"] == 5  # taken by any job that starts from now on
+
+    # (b) an evaluation task added: each trained cell evaluated again, nothing trained
+    out = relaunch(args, tmp_path, "eval.tasks=[tiny,tiny_ood]")
+    assert "submitted 0 training job(s) with chained evaluations and 2 evaluation(s) alone" in out, out
+    second = settle(sweep_dir, tmp_path)
+    assert jobs_of(second) == {k: (1, 2) for k in keys}
+    assert all(r["final"]["status"] == "completed" for r in second.values())
+    assert all(any(d["action"] == "reevaluate" for d in r["decisions"]) for r in second.values())
+    status = orchestrate("status", str(sweep_dir), "--json", cwd=tmp_path)
+    rows = [r for r in json.loads(status.stdout) if not r.get("watcher")]
+    assert {r["run_key"] for r in rows} == set(keys)
+    for row in rows:
+        assert {"eval/tiny/mean_at_2", "eval/tiny_ood/mean_at_2"} <= set(row["eval"]), row["eval"]
+        assert len(row["evals"]) == 2  # the first evaluation kept beside the second
+    assert relaunch(args, tmp_path, "eval.tasks=[tiny,tiny_ood]").count("0 evaluation(s) alone") == 1
+
+    # (c) what training computes: new cells beside the old, the old ones untouched
+    out = relaunch(args, tmp_path, "eval.tasks=[tiny,tiny_ood]", "optim.lr=0.001")
+    assert "submitted 2 training job(s) with chained evaluations and 0 evaluation(s) alone" in out, out
+    third = settle(sweep_dir, tmp_path)
+    assert set(third) > set(keys) and len(third) == 4
+    assert jobs_of({k: third[k] for k in keys}) == jobs_of(second)
