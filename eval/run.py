@@ -16,7 +16,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 import subprocess
 import time
 from collections.abc import Callable
@@ -31,7 +33,8 @@ from transformers import AutoTokenizer
 from eval import backends, local_data, outcome, taskfiles
 from eval.outcome import Settings
 from eval.target import EvalError, Target, resolve
-from record.rundir import RunDir
+from record.identity import canonical_json
+from record.rundir import RunDir, atomic_write
 from trainer import vllm_support
 from trainer.config import EvalConfig, RunConfig
 from trainer.export import ExportError, checkpoint_step, export_hf, load_run_config
@@ -64,7 +67,7 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
         log(f"[eval] {t}: already evaluated at step {step} with these settings ({root / (t + '.done.json')}); "
             f"skipped (--force re-runs it)")
     if not pending:
-        return summary
+        return _kept(home, summary, target.has_run_dir)
     model_dir = _model_dir(target, cfg, step, log)
     per_seed = _generate(model_dir, pending, files, settings, root, cfg, force, engine_args or {}, log)
     summary["run_id"] = outcome.log_to_run(target, cfg, pending, per_seed, settings, step, home, files,
@@ -72,6 +75,17 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
     for t in pending:
         done = outcome.marker(root, t, settings, files[t])
         summary["tasks"][t] = {"status": "evaluated", "metrics": done["metrics"]}
+    return _kept(home, summary, target.has_run_dir)
+
+
+def _kept(home: RunDir, summary: dict, has_run_dir: bool) -> dict:
+    """The summary, also kept as this evaluation's own result (`evals/<id>.json`, id: its tasks and settings),
+    beside the results of the run's other evaluations (status and report read them all)."""
+    if has_run_dir:
+        settings = {**summary["settings"], "tasks": sorted(summary["tasks"])}
+        summary["evaluation_id"] = hashlib.sha256(canonical_json(settings).encode()).hexdigest()[:12]
+        atomic_write(home.evaluation(summary["evaluation_id"]),
+                     json.dumps({**summary, "at": time.time()}, indent=1, sort_keys=True, default=str))
     return summary
 
 

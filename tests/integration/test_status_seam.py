@@ -85,3 +85,23 @@ def test_status_shows_what_the_real_eval_and_collapse_writers_wrote(tmp_path, mo
     assert config["metrics"][f"eval/tiny/mean_at_{K}"]["n"] == 1 and config["verdicts"] == {"unstable": 1, "none": 1}
     assert rows["k1-reward-s1"]["eval"] == {} and rows["k1-reward-s1"]["verdict"] is None
     assert f"tiny@{K}" in [c.header for c in tables.table(sweep_dir, list(rows.values()), 100).columns]
+
+    # An evaluation task added to the finished sweep (issue 32): the same run_keys, config.yaml rewritten, the real
+    # evaluation runs only the new task (the first one's marker holds), and status keeps both evaluations.
+    local_data.write_rows(tmp_path / "data", "tiny_ood", local_data.tiny_rows("tiny_ood")[:LIMIT])
+    more = load_sweep(REPO / "sweeps" / "smoke.yaml", [
+        f"sweep.output_root={tmp_path / 'runs'}", "sweep.seeds=[0,1]", "eval.tasks=[tiny,tiny_ood]", f"eval.k={K}",
+        "eval.max_tokens=8", f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"])
+    assert [c.run_key for c in more.cells] == [c.run_key for c in sweep.cells]
+    assert materialise(more, make_plan(more)).updated == len(more.cells)
+    again = run_eval(EVAL_ENTRY, str(run_dir))
+    assert {t: v["status"] for t, v in again["tasks"].items()} == {"tiny": "skipped", "tiny_ood": "evaluated"}
+    row = {r["name"]: r for r in cells.cell_rows(cells.current_records(sweep_dir))}["k1-reward-s0"]
+    assert row["eval"][f"eval/tiny/mean_at_{K}"] == written
+    assert f"eval/tiny_ood/mean_at_{K}" in row["eval"] and len(row["evals"]) == 2
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                                filter_string=f"tags.run_key = '{cell.run_key}'")
+    assert {f"eval/tiny/mean_at_{K}", f"eval/tiny_ood/mean_at_{K}"} <= set(run.data.metrics)
