@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from record.errors import UserError
+from record.errors import ConfigError, UserError
 from record.identity import run_key
 from record.rundir import RunDir, atomic_write
 from trainer.config import RunConfig
@@ -69,13 +69,19 @@ def write_run_config(cfg, key: str, run_dir: Path) -> None:
     one of its checkpoints) cannot tell what was trained. A run directory of another config is refused, not mixed."""
     path = RunDir(run_dir).config
     if path.exists():
-        try:
-            existing = run_key(yaml.safe_load(path.read_text(encoding="utf-8")))
-        except (yaml.YAMLError, TypeError, ValueError, AttributeError):
+        try:  # read with today's defaults: a config.yaml written before a field was added trains the same
+            old = yaml.safe_load(path.read_text(encoding="utf-8"))
+            existing = run_key(RunConfig.from_dict(old))
+        except (yaml.YAMLError, ConfigError, TypeError, ValueError, AttributeError):
             existing = None
         if existing != key:
             raise UserError(f"{run_dir} holds another run (its config.yaml is run_key {existing}, this config is "
                             f"{key}); give another --run-dir, or train from {path} to resume that run")
+        # The same training; what evaluates or machinery may have changed (record/fields.py): the new settings,
+        # the tracking of the run as it started.
+        data = {**cfg.to_dict(), "tracking": old.get("tracking", {})}
+        if data != old:
+            atomic_write(path, yaml.safe_dump(data, sort_keys=False))
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
