@@ -3,8 +3,10 @@ cannot enter or leave an identity without a decision."""
 
 from __future__ import annotations
 
+import re
 import typing
 from dataclasses import fields, is_dataclass
+from pathlib import Path
 
 from record import fields as fields_table
 from trainer.config import RunConfig
@@ -35,3 +37,14 @@ def test_classes_are_the_three():
     assert set(fields_table.FIELDS.values()) == {fields_table.COMPUTES, fields_table.EVALUATES,
                                                   fields_table.MACHINERY}
     assert all(fields_table.of(p) == fields_table.EVALUATES for p in fields_table.FIELDS if p.startswith("eval."))
+
+
+def test_the_identity_page_lists_each_field_under_its_class():
+    """docs/orchestration.md "Identity" has one table row per class naming its fields: it may not drift."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "orchestration.md").read_text()
+    section = page.split("## Identity", 1)[1].split("\n## ", 1)[0]
+    listed = {}
+    for kind in (fields_table.COMPUTES, fields_table.EVALUATES, fields_table.MACHINERY):
+        (row,) = [line for line in section.splitlines() if line.startswith(f"| **{kind}**")]
+        listed[kind] = set(re.findall(r"`([a-z_.]+)`", row.split("|")[2]))
+        assert listed[kind] == set(fields_table.paths(kind)), kind
