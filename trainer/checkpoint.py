@@ -14,6 +14,8 @@ which is why `latest.json` is written after every rank's files, by rank 0, with 
 Two faults a long run meets are handled here rather than left to a traceback:
 - a save that cannot be written (the disk full): every rank learns of it, the partial directory is removed and
   the job fails with `CheckpointWriteError` naming the filesystem, its free space and the checkpoint in force;
+- a disk that holds only so many checkpoints: old ones are pruned BEFORE a save (`prune_before`), so the peak is
+  `keep_last` checkpoints (two with keep_last 1: one complete checkpoint always stays while the next is written);
 - a latest checkpoint that is torn or corrupt (a file shorter than `state.json` lists, an unreadable
   `latest.json` or `state.json`, a shard DeepSpeed cannot load): `restore` says so and falls back to the
   previous complete checkpoint (`keep_last` >= 2 keeps one).
@@ -30,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from record.rundir import RunDir, atomic_write, tag_for
+from record.rundir import RunDir, atomic_write, step_of, tag_for
 
 
 class CheckpointWriteError(RuntimeError):
@@ -143,8 +145,9 @@ def save(engine, run: RunDir, step: int, state: dict, rank: int, keep_last: int,
     `extra` maps file names to this rank's picklable objects (the rollout queue). Raises CheckpointWriteError on
     every rank when any rank could not write (the partial directory is removed, latest.json is untouched)."""
     tag, err = tag_for(step), None
-    if rank == 0:  # a re-save of this step (after a fallback) must not be taken as complete before it is
-        run.checkpoint_state(tag).unlink(missing_ok=True)
+    if rank == 0:  # room first: the disk holds keep_last checkpoints at the peak, not keep_last + 1
+        prune_before(run, step, keep_last)
+    _any_rank(False)  # nobody writes into a directory rank 0 is removing (a torn one of this very step)
     try:
         engine.save_checkpoint(str(run.checkpoints), tag=tag, save_latest=False)
         torch.save(rng_state(), run.checkpoint(tag) / f"rng_rank{rank}.pt")
@@ -171,8 +174,21 @@ def save(engine, run: RunDir, step: int, state: dict, rank: int, keep_last: int,
     return run.checkpoint(tag)
 
 
+def prune_before(run: RunDir, step: int, keep_last: int) -> None:
+    """Before saving `step`: keep the newest `keep_last - 1` complete checkpoints older than it, and at least one
+    (the save may fail or be torn: one complete checkpoint always stays); delete the rest. Deleted too: torn
+    directories and any of step >= `step`, which a resume from an older checkpoint skipped as unusable (this
+    step's own torn directory among them: a re-save must not be taken as complete before it is)."""
+    complete = [c["tag"] for c in candidates(run) if (step_of(c["tag"]) or 0) < step and problem(run, c["tag"]) is None]
+    keep = set(sorted(complete)[-max(1, keep_last - 1):])
+    for d in run.checkpoints.glob("step_*"):
+        if d.is_dir() and d.name not in keep:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def prune(run: RunDir, keep_last: int) -> None:
-    """Delete all but the newest `keep_last` complete checkpoints (never the one latest.json names)."""
+    """After a save: delete all but the newest `keep_last` complete checkpoints (never the one latest.json
+    names)."""
     current = latest(run)
     tags = sorted(p.name for p in run.checkpoints.glob("step_*") if p.is_dir())
     keep = set(tags[-keep_last:]) | ({current["tag"]} if current else set())

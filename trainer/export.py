@@ -1,13 +1,23 @@
 """A training checkpoint as a Hugging Face model directory: what evaluation (lm-eval, vLLM) loads.
 
-    export_hf(run_dir, step=None) -> <run_dir>/export/step_NNNNNN/
+    save_final(engine, run, step, cfg, rank) -> <run_dir>/export/step_NNNNNN/   (collective, at a run's last step)
+    export_hf(run_dir, step=None) -> <run_dir>/export/step_NNNNNN/              (from a checkpoint, if not there)
 
-Consolidates the ZeRO-3 shards of `checkpoints/step_NNNNNN` (the latest complete one, or `step`) into one fp32
-state dict with DeepSpeed's `get_fp32_state_dict_from_zero_checkpoint`, loads it into the run's base architecture
-(config and tokenizer from `model.name_or_path`; `tiny` is the project's own model, trainer/tiny_model.py), and
-`save_pretrained`s model, tokenizer and generation_config. Idempotent: an existing export (its `export.json`,
-written last) is returned as it is. Atomic: built in a temporary sibling and renamed into place, so a reader sees
-a whole export or none, and two exporters racing keep the first.
+The training job writes its final export itself, from the live engine, through DeepSpeed's 16-bit gather
+(`stage3_gather_16bit_weights_on_model_save`, the `_zero3_consolidated_16bit_state_dict` that `save_16bit_model`
+calls: one layer gathered at a time, the whole model only on rank 0's host, in the training dtype), as sharded
+safetensors in `model.dtype` (bf16 for the paper's models). The evaluation job then maps 2 bytes a parameter
+instead of building an fp32 model (about 61 GB for Qwen2.5-7B before this).
+
+Any other step (or a run trained before this) is exported from its checkpoint's ZeRO-3 shards: DeepSpeed's
+`get_fp32_state_dict_from_zero_checkpoint` in lazy mode (the fp32 shards memory-mapped), each tensor merged and
+cast to `model.dtype` one at a time into a model built on the meta device: the host holds the export's dtype once
+(about 2 bytes a parameter in bf16), never an fp32 copy of the model.
+
+Either way: config and tokenizer from `model.name_or_path` (`tiny` is the project's own model,
+trainer/tiny_model.py), generation_config copied. Idempotent: an existing export (its `export.json`, written last)
+is returned as it is. Atomic: built in a temporary sibling and renamed into place, so a reader sees a whole export
+or none, and two exporters racing keep the first.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from trainer.config import RunConfig
 from trainer.distributed import setup_environment
 from trainer.models import model_path
 
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2  # 2: written in model.dtype from the live engine or cast tensor by tensor (1: via fp32)
 _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
@@ -68,10 +78,32 @@ def export_hf(run_dir: Path, step: int | None = None) -> Path:
     if RunDir(run_dir).export_done(step).is_file():
         return final
     cfg = load_run_config(run_dir)
+    return _atomic_export(run_dir, step, lambda out: _write_export(run_dir, step, model_path(cfg), cfg.model.dtype,
+                                                                   out))
+
+
+def save_final(engine, run: RunDir, step: int, cfg: RunConfig, rank: int, say=print) -> Path | None:
+    """Collective: every rank calls it at the run's last checkpoint. The export of `step` from the live engine's
+    16-bit gather (the module docstring); its path on rank 0, None elsewhere or when it could not be written (the
+    evaluation then exports from the checkpoint, which is the truth: a failed export never fails the run)."""
+    state = engine._zero3_consolidated_16bit_state_dict()  # every rank gathers, layer by layer; rank 0 keeps it
+    if rank != 0 or RunDir(run.path).export_done(step).is_file():
+        return None
+    try:
+        return _atomic_export(run.path, step, lambda out: _write_export(
+            run.path, step, model_path(cfg), cfg.model.dtype, out, state, "live 16-bit gather"))
+    except (OSError, ExportError) as exc:
+        say(f"[export] the final export of step {step} could not be written ({type(exc).__name__}: {exc}); "
+            f"the evaluation will export it from checkpoint {tag_for(step)}")
+        return None
+
+
+def _atomic_export(run_dir: Path, step: int, write) -> Path:
+    final = RunDir(run_dir).export(step)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
     try:
-        _write_export(run_dir, step, model_path(cfg), cfg.model.dtype, tmp)
+        write(tmp)
         os.rename(tmp, final)
     except OSError:
         if not RunDir(run_dir).export_done(step).is_file():
@@ -82,20 +114,46 @@ def export_hf(run_dir: Path, step: int | None = None) -> Path:
     return final
 
 
-def _fp32_state_dict(ckpt_dir: Path, tag: str) -> dict[str, torch.Tensor]:
+def _lazy_state_dict(ckpt_dir: Path, tag: str) -> dict:
+    """The checkpoint's fp32 weights as DeepSpeed's lazy tensors: `.contiguous()` merges one from the memory-mapped
+    shards, so only the tensor being cast is in memory in fp32."""
     # DS_ACCELERATOR=cpu without a GPU, set before deepspeed is first imported (it picks its accelerator then).
     setup_environment(Path(__file__).resolve().parents[1] / ".cache")
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint  # noqa: PLC0415
 
-    return get_fp32_state_dict_from_zero_checkpoint(str(ckpt_dir), tag=tag)
+    return get_fp32_state_dict_from_zero_checkpoint(str(ckpt_dir), tag=tag, lazy_mode=True)
 
 
-def _write_export(run_dir: Path, step: int, base: str, dtype_name: str, out: Path) -> None:
+def export_dtype(dtype_name: str, config) -> torch.dtype:
+    """`model.dtype` (bf16, fp32); 'auto': the base model's own (fp32 if it states none)."""
+    saved = getattr(config, "dtype", None)
+    return _DTYPES.get(dtype_name) or (saved if isinstance(saved, torch.dtype) else torch.float32)
+
+
+def _cast(state: dict, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Every tensor in `dtype`, one at a time (a lazy one merged first); tensors shared under two names (tied
+    weights, as the 16-bit gather keeps them) stay one tensor."""
+    out, seen = {}, {}
+    for name in list(state):
+        t = state.pop(name)  # dropped as it goes: the source and the cast copy never coexist whole
+        if id(t) not in seen:
+            seen[id(t)] = t.contiguous().to(dtype)  # a lazy tensor's .contiguous() merges its shards
+        out[name] = seen[id(t)]
+    return out
+
+
+def _write_export(run_dir: Path, step: int, base: str, dtype_name: str, out: Path, state: dict | None = None,
+                  source: str = "ZeRO-3 checkpoint") -> None:
     tag = tag_for(step)
-    state = _fp32_state_dict(RunDir(run_dir).checkpoints, tag)
+    if state is None:
+        state = _lazy_state_dict(RunDir(run_dir).checkpoints, tag)
     config = AutoConfig.from_pretrained(base)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    dtype = export_dtype(dtype_name, config)
+    tensors = len(state)
+    weights = _cast(state, dtype)
+    with torch.device("meta"):  # no memory: the cast tensors are assigned, not copied
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    missing, unexpected = model.load_state_dict(weights, strict=False, assign=True)
     # Tied weights (lm_head = embed_tokens) are saved once: a missing name is fine if it is a tied alias.
     aliases = {n for n, _ in model.named_parameters(remove_duplicate=False)} - {n for n, _ in model.named_parameters()}
     missing = [m for m in missing if m not in aliases]
@@ -103,16 +161,14 @@ def _write_export(run_dir: Path, step: int, base: str, dtype_name: str, out: Pat
         raise ExportError(f"checkpoint {tag} does not fit {base}: missing {missing[:5]}, unexpected "
                           f"{unexpected[:5]}; was the run trained from another model?")
     model.tie_weights()
-    saved_dtype = getattr(config, "dtype", None)  # model.dtype 'auto': keep the base model's own
-    dtype = _DTYPES.get(dtype_name) or (saved_dtype if isinstance(saved_dtype, torch.dtype) else torch.float32)
-    model.to(dtype).save_pretrained(out)
+    model.save_pretrained(out)
     _copy_tokenizer(base, out, AutoTokenizer)
     try:
         GenerationConfig.from_pretrained(base).save_pretrained(out)
     except OSError:  # the base has none: save_pretrained above wrote the model's default one
         pass
     record = {"export_version": EXPORT_VERSION, "run_dir": str(run_dir.resolve()), "step": step, "tag": tag,
-              "base_model": base, "dtype": str(dtype).removeprefix("torch."), "tensors": len(state)}
+              "base_model": base, "dtype": str(dtype).removeprefix("torch."), "tensors": tensors, "source": source}
     (out / EXPORT_MARKER).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")  # last: marks it whole
 
 

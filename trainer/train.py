@@ -11,6 +11,7 @@
     weight sync          the rollout engine takes the new weights (vLLM; HF samples the trained module itself)
     log                  MLflow (record/tracker.py), the collapse verdict (trainer/collapse.py)
     checkpoint           trainer/checkpoint.py
+    export               at the last step, the bf16 weights evaluation loads (trainer/export.py)
 The same entry point runs in a shell (`orchestrate train`) and inside a Slurm job (one task per GPU).
 """
 
@@ -49,7 +50,7 @@ from record.rundir import RunDir, atomic_write
 from record.tracker import MlflowTracker, default_tracking_uri
 from record.tracker_keys import flatten_params
 from record.tracker_null import NullTracker
-from trainer import checkpoint, distributed
+from trainer import checkpoint, distributed, export
 from trainer.batch import Batch, UpdateMetrics
 from trainer.collapse import CollapseMonitor
 from trainer.collapse_rules import CollapseConfig
@@ -223,6 +224,9 @@ def _step(cfg: RunConfig, run: _Run, step: int, dist: distributed.DistInfo,
     if step + 1 == cfg.optim.steps or stop or preempted or (step + 1) % cfg.checkpoint.every == 0:
         checkpoint.save(run.engine, run.dir, step + 1, {"run_key": run.run_key, "collapse": run.monitor.state()},
                         dist.rank, cfg.checkpoint.keep_last, extra={f"queue_rank{dist.rank}.pt": run.queue.state()})
+    if (step + 1 == cfg.optim.steps or stop) and not preempted:  # the last weights, for evaluation (a preempted
+        # job's time is short: its evaluation exports from the checkpoint instead)
+        export.save_final(run.engine, run.dir, step + 1, cfg, dist.rank)
     return metrics, stop, preempted
 
 

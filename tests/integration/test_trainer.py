@@ -1,5 +1,7 @@
 """The trainer on real parts: the tiny model, DeepSpeed ZeRO-3 on a CPU rank, a real MLflow store."""
 
+import json
+
 import pytest
 import torch
 
@@ -41,6 +43,9 @@ def test_every_kl_configuration_trains_and_logs_every_metric(tmp_path, name, ini
     assert set(hist) <= set(METRICS), f"metrics not documented in record/keys.py: {set(hist) - set(METRICS)}"
     assert [s for s, _ in hist["train/loss"]] == [1, 2]
     assert (run_dir / "objective.json").exists() and (run_dir / "verdict.json").exists()
+    # The last step's weights exported by the job itself, from the live engine (trainer/export.py save_final).
+    export = json.loads((run_dir / "export" / "step_000002" / "export.json").read_text())
+    assert export["source"] == "live 16-bit gather" and export["dtype"] == "float32", export  # model.dtype fp32
 
 
 def test_kl_in_reward_keeps_the_policy_closer_to_the_reference(tmp_path):

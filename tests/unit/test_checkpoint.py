@@ -90,3 +90,48 @@ def test_no_loadable_checkpoint_stops_rather_than_starting_over(tmp_path):
     with pytest.raises(checkpoint.NoUsableCheckpoint, match="tried step_000004, step_000002"):
         checkpoint.restore(Engine(), run, rank=0, say=lambda _: None)
     assert checkpoint.restore(Engine(), RunDir(tmp_path / "fresh"), rank=0) is None
+
+
+class Watching(Engine):
+    """Records, as each save starts writing, which complete checkpoints (listed in state.json) are on disk."""
+
+    def __init__(self, run: RunDir):
+        super().__init__()
+        self.run, self.on_disk = run, []
+
+    def save_checkpoint(self, folder, tag, save_latest):
+        self.on_disk.append(sorted(p.parent.name for p in self.run.checkpoint_states()))
+        super().save_checkpoint(folder, tag, save_latest)
+
+
+@pytest.mark.parametrize("keep_last", [1, 2, 3])
+def test_old_checkpoints_are_pruned_before_a_save_never_below_one_complete(tmp_path, keep_last):
+    run = RunDir(tmp_path / "run")
+    engine = Watching(run)
+    for step in range(1, 6):
+        checkpoint.save(engine, run, step, {"run_key": "k"}, rank=0, keep_last=keep_last)
+    # While step s is written, the disk holds keep_last - 1 older complete ones (one at least): the peak is
+    # keep_last checkpoints (two with keep_last 1), not keep_last + 1.
+    held = max(1, keep_last - 1)
+    assert engine.on_disk == [[f"step_{s:06d}" for s in range(max(1, step - held), step)] for step in range(1, 6)]
+    assert sorted(p.name for p in run.checkpoints.glob("step_*")) == [f"step_{s:06d}" for s in range(6 - keep_last, 6)]
+
+
+def test_a_failed_save_after_the_prune_leaves_the_newest_complete_checkpoint(tmp_path):
+    run = saved(tmp_path, steps=(2, 4))
+    (run.checkpoint("step_000006")).mkdir()  # a torn directory a killed save left: pruned first, not counted
+    with pytest.raises(checkpoint.CheckpointWriteError, match=r"stays in force \(step_000004\)"):
+        checkpoint.save(Engine(full=True), run, 6, {"run_key": "k"}, rank=0, keep_last=1)
+    assert sorted(p.name for p in run.checkpoints.glob("step_*")) == ["step_000004"]
+    assert checkpoint.latest(run) == {"tag": "step_000004", "step": 4}
+
+
+def test_a_resave_after_a_fallback_replaces_the_unusable_newer_checkpoints(tmp_path):
+    run = saved(tmp_path, steps=(2, 4))
+    shard = run.checkpoint("step_000004") / "model_states.pt"
+    shard.write_bytes(b"x" * shard.stat().st_size)  # complete by its sizes, but does not load: restore skips it
+    assert checkpoint.restore(Engine(), run, rank=0, say=lambda _: None)["tag"] == "step_000002"
+    checkpoint.save(Engine(), run, 3, {"run_key": "k"}, rank=0, keep_last=2)
+    # The one the run resumed from stayed through the save; step 4, from a future the run abandoned, is gone.
+    assert sorted(p.name for p in run.checkpoints.glob("step_*")) == ["step_000002", "step_000003"]
+    assert checkpoint.latest(run) == {"tag": "step_000003", "step": 3}
