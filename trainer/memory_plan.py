@@ -101,3 +101,21 @@ def plan(cfg: RunConfig, ranks: int, gpu_mem_gb: float | None, gpu: bool = True)
     base = terms["states"] + terms["reference"] + terms["cuda"]
     return MemoryPlan(cfg.model.name_or_path, n, terms, base + terms["activations"] + terms["logits"],
                       base + terms["vllm"], gpu_mem_gb)
+
+
+# --- the time-limit margin: how long the warning must come before the limit (slurm/profiles/a100.yaml) -------------
+CHECKPOINT_BYTES = 4 + 4 + 4   # a ZeRO-3 checkpoint: fp32 master weights, Adam m and v a parameter (bf16 params: KBs)
+WRITE_GB_S_PER_NODE = 0.5      # a shared filesystem under an array's load, per node: a cautious round figure
+# The step in flight when the warning comes runs to its update's end: the paper's step, estimated (not measured):
+# 1,280 rollouts of up to 1,024 tokens on 8 A100s (vLLM, ~60-120 s) and the update, 6 x 7.6e9 x 1.6M tokens x 4/3
+# (checkpointing) / 8 GPUs at 40% of 312 TFLOP/s (~100 s), the reference forward (~20 s): 300 s, rounded up.
+STEP_IN_FLIGHT_S = 300
+
+
+def checkpoint_gb(shape: Shape) -> float:
+    return CHECKPOINT_BYTES * shape.params / GB
+
+
+def save_seconds(shape: Shape, nodes: int, write_gb_s: float = WRITE_GB_S_PER_NODE) -> float:
+    """Estimated seconds to write one checkpoint: each node writes its ranks' shards at `write_gb_s`."""
+    return checkpoint_gb(shape) / max(nodes, 1) / write_gb_s

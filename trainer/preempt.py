@@ -9,8 +9,11 @@ cancelled brought it back under the same job id 22 s after a kill (the fault mat
 `scontrol requeue`, issues 26 and 33), behind the back of the user and of the watcher.
 
 Saving a ZeRO-3 checkpoint inside a signal handler, in the middle of a backward pass, is unsafe, so the handler
-only raises a flag; the loop checks it after every step. All ranks must checkpoint at the same step (saving is
-collective), so the flags are agreed on with an all-reduce.
+only raises a flag, installed before the models load. The loop (trainer/train.py) looks at it before the first
+step, right after each update (from then on: no weight sync, no validation, no new step; the checkpoint starts at
+once), after validation and after a periodic save. So the warning must come one step plus one save before the
+limit: `signal_delay_s` in the profile (slurm/profiles/a100.yaml states its arithmetic). All ranks must checkpoint
+at the same step (saving is collective), so the flags are agreed on with an all-reduce.
 """
 
 from __future__ import annotations

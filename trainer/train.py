@@ -144,14 +144,23 @@ class _Run:
 
 def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
     """The loop: `_step` until the last step, a collapse (with on_collapse: stop) or a preemption."""
-    run = _setup(cfg, ctx, dist)
-    preempt, last, status = Preemption(), {}, "FINISHED"
+    preempt = Preemption()  # before the setup: a warning while the models load (minutes) must not kill the job
+    try:
+        run = _setup(cfg, ctx, dist)
+    except BaseException:
+        preempt.restore()
+        raise
+    last, status = {}, "FINISHED"
     progress = StepProgress(run.start_step, cfg.optim.steps, enabled=dist.is_main)
-    run.rollout.sync_weights(run.engine.module)  # the restored checkpoint's weights (vLLM started from the base)
+    early = preempt.agreed(dist.device)  # warned during the setup: no step starts (the restored checkpoint stands)
+    if not early:
+        run.rollout.sync_weights(run.engine.module)  # the restored checkpoint's weights (vLLM started from the base)
     try:
         for step in range(run.start_step, cfg.optim.steps):
-            last, stop, preempted = _step(cfg, run, step, dist, preempt)
-            progress(step + 1, last)
+            stop, preempted = False, early
+            if not early:
+                last, stop, preempted = _step(cfg, run, step, dist, preempt)
+                progress(step + 1, last)
             if preempted:
                 status = "KILLED"
                 run.tracker.close(status)
@@ -205,25 +214,31 @@ def _step(cfg: RunConfig, run: _Run, step: int, dist: distributed.DistInfo,
             run.engine.step()  # the optimizer steps at the minibatch's last micro-batch (gradient accumulation)
             updates.add(loss_metrics, entropy, micro)
     updated = updates.reduce(run.engine, dist.device)
+    # The time-limit margin: a warning that came during the rollouts or the update is agreed on here, and from
+    # now on nothing that can wait runs (no weight sync, no validation, no new step): the checkpoint starts at
+    # once. Nothing later depends on what is skipped (a resume syncs first; rollout seeds are pure in the step).
+    preempted = preempt.agreed(dist.device)
     t_sync = time.perf_counter()
-    run.rollout.sync_weights(run.engine.module)  # validation and the next batches sample version step + 1
+    if not preempted:
+        run.rollout.sync_weights(run.engine.module)  # validation and the next batches sample version step + 1
     done = time.perf_counter()
     sampled, generated = _rollout_metrics(rollouts, rewards, dist.device)
     metrics = {**{step_key(name): value for name, value in updated.items()
                   if run.reference is not None or not name.startswith("kl_k")}, **sampled,
                PERF_WEIGHT_SYNC_S: done - t_sync, ASYNC_LAG: step - rollouts.version,
                PERF_STEP_TIME_S: done - t0, PERF_TOKENS_PER_S: generated / (done - t0)}
-    if cfg.data.val_every and (step + 1) % cfg.data.val_every == 0:
+    if cfg.data.val_every and (step + 1) % cfg.data.val_every == 0 and not preempted:
         metrics[VAL_PASS_AT_1] = pass_at_1(run.rollout, run.tokenizer, run.val_examples, cfg, run.sampler.grade,
                                            dist, step)
     _log(run, metrics, step + 1, dist.is_main)  # once per step, also after a resume from an older checkpoint
     run.monitor.update(step + 1, metrics)
     if dist.is_main:
         run.monitor.write(run.dir.verdict)
-    stop, preempted = run.monitor.should_stop(), preempt.agreed(dist.device)
+    stop, preempted = run.monitor.should_stop(), preempted or preempt.agreed(dist.device)  # one in validation
     if step + 1 == cfg.optim.steps or stop or preempted or (step + 1) % cfg.checkpoint.every == 0:
         checkpoint.save(run.engine, run.dir, step + 1, {"run_key": run.run_key, "collapse": run.monitor.state()},
                         dist.rank, cfg.checkpoint.keep_last, extra={f"queue_rank{dist.rank}.pt": run.queue.state()})
+        preempted = preempted or preempt.agreed(dist.device)  # one during the save: it is this step's, no new step
     if (step + 1 == cfg.optim.steps or stop) and not preempted:  # the last weights, for evaluation (a preempted
         # job's time is short: its evaluation exports from the checkpoint instead)
         export.save_final(run.engine, run.dir, step + 1, cfg, dist.rank)
