@@ -18,6 +18,8 @@
         eval_result.json                    the evaluation job's result (orchestrator, from eval)
         evals/<evaluation id>.json          each evaluation's result, kept when the settings change (eval)
         starts.jsonl, probe.json            the probe job's log and settings (fault tests)
+        superseded/<fingerprint>/           what a cell trained under another gradient wrote, moved aside before
+                                            it trains again (orchestrator/launch/fingerprints.py)
 
 Writers and readers in trainer/, eval/ and orchestrator/ go through these names; no path literal of the run
 directory lives outside this module (docs/architecture.md).
@@ -190,6 +192,17 @@ class RunDir:
     @property
     def probe(self) -> Path:
         return self.path / "probe.json"
+
+    # --- a rerun's ---
+    def superseded(self, tag: str) -> Path:
+        return self.path / "superseded" / tag
+
+    def training_outputs(self) -> list[Path]:
+        """Everything a training and its evaluations write (not config.yaml, not the probe's settings): what a
+        rerun moves aside so the cell starts again from step 0."""
+        return [self.checkpoints, self.path / "export", self.path / "eval", self.path / "evals", self.eval_result,
+                self.verdict, self.objective, self.last_metrics, self.logged_step, self.tracking_run,
+                self.tracking_artifacts, self.tracking_buffer, self.tracking_ledger, self.starts]
 
     # --- what readers ask ---
     def latest_state(self) -> tuple[dict, dict]:

@@ -106,11 +106,12 @@ class Triage:
 
 
 def triage(records: dict[str, dict], run_keys: list[str], retry_failed: bool = False,
-           eval_ids: Mapping[str, str] | None = None) -> Triage:
+           eval_ids: Mapping[str, str] | None = None, rerun: Collection[str] = ()) -> Triage:
     """What a (re)launch submits for these cells, given their records (a missing record: never submitted).
     Finished and live cells are kept; unsuccessful ones only with `retry_failed` (never a collapsed run). A
     trained cell whose evaluation settings changed (`eval_ids`: run_key -> the sweep's eval_id now, against the
-    record's) gets its evaluation alone: training is never repeated for what only evaluates."""
+    record's) gets its evaluation alone: training is never repeated for what only evaluates. `rerun`: trained cells
+    that train again from step 0 (trained under another gradient, orchestrator/launch/fingerprints.py)."""
     train, evals, reopened, again, kept = [], [], [], [], {}
 
     def keep(why: str) -> None:
@@ -122,6 +123,10 @@ def triage(records: dict[str, dict], run_keys: list[str], retry_failed: bool = F
         e = latest(record, "eval") if record else None
         final = (record or {}).get("final")
         changed = bool(eval_ids) and record is not None and record.get("eval_id") not in (None, eval_ids[key])
+        if key in rerun and t is not None and t["state"] == "COMPLETED":
+            train.append(key)
+            reopened.append(key)
+            continue
         if final and final["status"] == "completed" and changed and t and t["state"] == "COMPLETED":
             again.append(key)
             evals.append(key)

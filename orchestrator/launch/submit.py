@@ -14,6 +14,7 @@ from orchestrator.cluster.profile import resources_params
 from orchestrator.cluster.snapshot import snapshot_code
 from orchestrator.launch.adopt import Adopted
 from orchestrator.launch.baselines import launch_baselines
+from orchestrator.launch.fingerprints import Changed, supersede
 from orchestrator.launch.intents import submit_jobs
 from orchestrator.launch.ledger import IDENTITY, Ledger, new_record, note
 from orchestrator.launch.plan import launch_plan, triage
@@ -38,13 +39,14 @@ class LaunchReport:
 
 
 def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_failed: bool = False,
-           watcher=None, adopted: Adopted | None = None) -> LaunchReport:
+           watcher=None, adopted: Adopted | None = None, rerun: tuple[Changed, ...] = ()) -> LaunchReport:
     """Submit what the sweep still needs (`triage`), idempotently: one sbatch per training array and one per
     evaluation array. Holds the sweep's lock; settles an interrupted orchestrator's intents first. `watcher`
     (orchestrator/watch/job.py `Starter`, Slurm only): its `ids()` join the one sacct, and it is called under
     the lock with the records (the new ones in memory) and Slurm's rows, before the cells' sbatch, to start the
     sweep's watcher job unless one is live. `adopted` (orchestrator/launch/adopt.py): records written before
-    identity version 2, with what was recognised in them, written into them here."""
+    identity version 2, with what was recognised in them, written into them here. `rerun`: trained cells that
+    train again from step 0, their outputs moved aside first (orchestrator/launch/fingerprints.py)."""
     ledger = Ledger(sweep_dir)
     watcher = watcher if backend.kind == "slurm" else None
     with ledger.lock("orchestrate sweep", wait_s=60.0):  # a watcher job holds it for one poll at a time
@@ -54,16 +56,17 @@ def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_faile
         said = refresh(ledger, backend, records, also=watcher.ids() if watcher else ())
         declared = tuple(b.key for b in sweep.baselines)
         before = (lambda: watcher(records, said, declared)) if watcher else (lambda: None)
-        return _submit(sweep, sweep_dir, ledger, backend, options, records, retry_failed, resolved, before)
+        return _submit(sweep, sweep_dir, ledger, backend, options, records, retry_failed, resolved, before, rerun)
 
 
 def _submit(sweep: Sweep, sweep_dir: Path, ledger: Ledger, backend, options: Options, records: dict[str, dict],
-            retry_failed: bool, resolved: int, before) -> LaunchReport:
+            retry_failed: bool, resolved: int, before, rerun: tuple[Changed, ...] = ()) -> LaunchReport:
     """Under the lock, with Slurm's states applied: run dirs' records written and what `triage` says submitted;
     `before()` (the watcher's start, its words into the report) once the records are ready, before any sbatch."""
     cells = {c.run_key: c for c in sweep.cells}
     eval_ids = {key: eval_id(c.config) for key, c in cells.items()}
-    todo = triage(records, list(cells), retry_failed, eval_ids)
+    reruns = {c.run_key: c for c in rerun}
+    todo = triage(records, list(cells), retry_failed, eval_ids, rerun=reruns)
     snapshot: list[Path] = []
 
     def code_once() -> Path:  # the snapshot and options only when something goes out
@@ -85,6 +88,13 @@ def _submit(sweep: Sweep, sweep_dir: Path, ledger: Ledger, backend, options: Opt
         record = records.get(key) or new_record(sweep.name, key, cell.name, _axes(cell.axes), sweep_dir / key)
         record.update(code=str(code), entries={"train": options.train_entry, "eval": options.eval_entry},
                       params={"train": resources_params(sweep.profile, cell.resources), "eval": params_eval})
+        if key in reruns:  # before anything else: a store that does not answer stops here, nothing moved
+            moved = supersede(Path(record["run_dir"]), reruns[key].recorded)
+            # the old attempts spend no retry budget of the new training (orchestrator/watch/watcher.py)
+            record["jobs"] = [dict(j, superseded=reruns[key].recorded) if not j.get("superseded") else j
+                              for j in record["jobs"]]
+            note(record, "rerun", f"{reruns[key].line()}; its outputs moved to {moved}, trained again "
+                 f"(--rerun-changed)", now)
         if key in todo.reopened:
             record["final"] = None
             ledger.clear_cancelled(key)

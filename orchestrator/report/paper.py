@@ -208,6 +208,15 @@ def document(sweep: str, rows: Sequence[Mapping], kls: Mapping[str, Mapping], ga
                   else ("p", "None: every cell trained and evaluated."))
     if not rows:
         return blocks
+    splits = outcomes.split_objectives(list(rows))
+    if splits:
+        blocks += [("h", 2, "Configurations trained under different gradients"),
+                   ("p", "These cells share their settings but were trained by code whose loss gives another gradient "
+                         "on the fingerprint's probe (trainer/fingerprint.py): their seeds are not one experiment. "
+                         "`orchestrate sweep ... --rerun-changed` trains the old ones again under this code."),
+                   ("table", ("configuration", "gradient", "cells", "code"),
+                    [(s["config"], h, ", ".join(e["cells"]), ", ".join(e["code"]))
+                     for s in splits for h, e in s["fingerprints"].items()])]
     blocks += [("h", 2, "Behaviour (Table 1)"),
                ("p", "The collapse verdicts (trainer/collapse.py) of each configuration's seeds, worst first, with "
                      "the step where each first held; beside them what the paper's Table 1 and section 4.1 "

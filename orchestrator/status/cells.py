@@ -67,6 +67,7 @@ def run_dir_facts(run_dir: Path) -> dict:
     # The trainer's last logged step (trainer/train.py), newer than the checkpoint's and with every metric.
     facts["metrics"].update((read_json(run.last_metrics) or {}).get("metrics", {}))
     facts.update(outcomes.verdict_fields(read_json(run.verdict)))
+    facts.update(outcomes.objective_fields(read_json(run.objective)))
     kept = [read_json(path) for path in run.evaluations()]
     facts["evals"] = outcomes.evaluations([k for k in kept if k], (read_json(run.eval_result) or {}).get("result"))
     facts["eval"] = outcomes.merged_eval(facts["evals"])

@@ -83,6 +83,37 @@ def evaluation_settings(rows: list[dict]) -> list[str]:
     return [f"{line} ({n} cell(s))" for line, n in seen.items()] if len(seen) > 1 else []
 
 
+def objective_fields(objective) -> dict:
+    """`objective.json` (trainer/train.py `objective_manifest`) as the row's fingerprint (the hash of the gradient
+    its code computed, trainer/fingerprint.py) and the code that computed it; None where it has not trained."""
+    if not isinstance(objective, Mapping) or not isinstance(objective.get("fingerprint"), Mapping):
+        return {"fingerprint": None, "code": None}
+    return {"fingerprint": objective["fingerprint"].get("hash"), "code": objective.get("code")}
+
+
+def split_objectives(rows: list[dict]) -> list[dict]:
+    """Configurations whose cells were trained under more than one gradient: the same settings, code that computes
+    another gradient (a change between launches). Each: {"config", "fingerprints": {hash: {"cells", "code"}}}."""
+    groups: dict[str, dict[str, dict]] = {}
+    for row in rows:
+        if row.get("fingerprint"):
+            seen = groups.setdefault(row.get("config") or config_label(row["axes"]), {})
+            entry = seen.setdefault(row["fingerprint"], {"cells": [], "code": []})
+            entry["cells"].append(row["name"])
+            if row.get("code") and row["code"] not in entry["code"]:
+                entry["code"].append(row["code"])
+    return [{"config": config, "fingerprints": seen} for config, seen in groups.items() if len(seen) > 1]
+
+
+def split_lines(splits: list[dict]) -> list[str]:
+    """What status and report say of `split_objectives`: one line per configuration, each gradient with its cells
+    and the code snapshots that computed it."""
+    def one(h: str, e: dict) -> str:
+        return f"gradient {h} in {', '.join(e['cells'])} (code {', '.join(e['code']) or '?'})"
+
+    return [f"{s['config']}: " + "; ".join(one(h, e) for h, e in s["fingerprints"].items()) for s in splits]
+
+
 def verdict_fields(verdict) -> dict:
     """`verdict.json` as the row's verdict, verdict_step and verdict_reason (None where there is none)."""
     if not isinstance(verdict, Mapping) or not isinstance(verdict.get("verdict"), str):

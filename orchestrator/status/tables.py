@@ -119,7 +119,11 @@ def render(sweep_dir: Path, width: int, records: dict[str, dict] | None = None, 
         records, watcher, bases = read(sweep_dir)
     data, base_rows = cell_rows(records), baseline_rows(bases or {})
     settings = outcomes.evaluation_settings(data)
+    splits = outcomes.split_lines(outcomes.split_objectives(data))
     return Group(table(sweep_dir, data, width), summary_table(data, width),
+                 *([Text("cells of one configuration trained under different gradients (the code changed between "
+                         "launches; `orchestrate sweep ... --rerun-changed` trains the old ones again):\n  "
+                         + "\n  ".join(splits), style="bold red")] if splits else []),
                  *([Text("evaluated more than one way (each result kept; the newest shown where task and k are "
                          "equal):\n  " + "\n  ".join(settings))] if settings else []),
                  *([baselines_table(base_rows, width)] if base_rows else []),

@@ -143,7 +143,7 @@ def _after_failure(record: dict, job: dict, verdict: str | None, now: float, max
                        f"with --retry-failed")
     if state in ("NODE_FAIL", "PREEMPTED", "CANCELLED") and job.get("end") and now - job["end"] < grace_s:
         return None  # Slurm may still requeue it in place (same id): give it a moment
-    previous = [a for a in attempts(record, kind) if a is not job and a["state"] != "LOST"]
+    previous = [a for a in attempts(record, kind) if a is not job and a["state"] != "LOST" and not a.get("superseded")]
     preempted = state == "FAILED" and job.get("exit_code") == f"{PREEMPTED_EXIT}:0"
     if state == "FAILED" and not preempted and previous and previous[-1]["state"] == "FAILED" \
             and previous[-1]["exit_code"] == job["exit_code"]:
