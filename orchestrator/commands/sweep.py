@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from pathlib import Path
 
 from rich.console import Console
@@ -23,7 +24,9 @@ from orchestrator.cluster.executor import (
 from orchestrator.cluster.paths import Resolver
 from orchestrator.cluster.sbatch_values import LIMITS
 from orchestrator.console import console
+from orchestrator.launch.adopt import adopt, legacy_identities
 from orchestrator.launch.baselines import wait_baselines
+from orchestrator.launch.fingerprints import changed_in, said
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import Plan, make_plan, summary_lines
 from orchestrator.launch.submit import launch
@@ -69,6 +72,9 @@ def register(subparsers) -> None:
     parser.add_argument("--no-watcher", action="store_true",
                         help="on Slurm, start no watcher job (by default one follows the sweep until it is settled; "
                              "`orchestrate watch SWEEP --as-job` starts one later)")
+    parser.add_argument("--rerun-changed", action="store_true",
+                        help="train again, from step 0, the trained cells whose recorded gradient fingerprint differs "
+                             "from what this code computes for their settings (their outputs are moved aside)")
     parser.add_argument("--retry-failed", action="store_true",
                         help="also resubmit cells that ended unsuccessfully or were cancelled (never collapsed ones)")
     parser.add_argument("--signal-delay", type=int, default=None, metavar="S",
@@ -91,9 +97,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--signal-delay {args.signal_delay}: give seconds in [{low}, {high}] ({why}); the jobs get "
                         f"the warning signal that many seconds before their time limit")
     sweep = load_sweep(args.sweep, args.overrides)
+    adopted = legacy_identities(Path(sweep.spec.output_root) / sweep.name)
+    sweep = adopt(sweep, adopted)
     plan = make_plan(sweep)
     out = console()
+    changed = changed_in(sweep, Path(sweep.spec.output_root) / sweep.name)
     sweep, resolver = resolve_paths(sweep)
+    for line in said(changed, args.rerun_changed):
+        out.print(line, soft_wrap=True, style="bold red" if changed and not args.rerun_changed else None)
     if args.dry_run:
         print_plan(out, sweep, plan, args.rows, str(resolver.data))
         for problem in resolver.problems:
@@ -111,14 +122,18 @@ def run(args: argparse.Namespace) -> int:
     done = materialise(sweep, plan)
     for line in summary_lines(sweep, plan):
         out.print(line, soft_wrap=True)
-    out.print(f"wrote {done.written} run dir(s) ({done.unchanged} unchanged, {done.kept} kept as they were) "
-              f"and {done.sweep_dir / 'manifest.json'}")
+    out.print(f"wrote {done.written} run dir(s) ({done.unchanged} unchanged, {done.kept} kept as they were"
+              + (f", {done.updated} with new evaluation or machinery settings (a running job takes them at its next "
+                 f"start)" if done.updated else "") + f") and {done.sweep_dir / 'manifest.json'}")
+    if adopted:
+        out.print(f"{len(adopted)} cell(s) launched before identity version 2 recognised by what they train; "
+                  f"each keeps its run_key")
     if note:
         out.print(note, soft_wrap=True)
     if args.train_entry == Options.train_entry:
         ensure_models(sweep, out)
     delay = args.signal_delay if args.signal_delay is not None else sweep.profile.signal_delay_s
-    sweep_dir = done.sweep_dir.absolute()
+    sweep_dir = Path(os.path.abspath(done.sweep_dir))  # no `..` left: the launch directory may be renamed
     options = first_launch(sweep_dir, Options(
         executor=executor, signal_delay_s=delay, requeue=not args.no_requeue, train_entry=args.train_entry,
         eval_entry=args.eval_entry, data_dir=str(resolver.data), site=sweep.profile.site.to_dict()))
@@ -126,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
     starter = None if args.no_watcher else Starter(
         sweep_dir, watcher_params(sweep.profile), args.max_retries, args.poll or DEFAULT_POLL_S,
         sweep.profile.watcher.time_min)
-    report = launch(sweep, sweep_dir, backend, options, retry_failed=args.retry_failed, watcher=starter)
+    report = launch(sweep, sweep_dir, backend, options, retry_failed=args.retry_failed, watcher=starter,
+                    adopted=adopted, rerun=tuple(changed) if args.rerun_changed else ())
     kept = ", ".join(f"{n} {why}" for why, n in sorted(report.kept.items())) or "none"
     if report.resolved:
         out.print(f"settled {report.resolved} submission(s) an interrupted orchestrator had left, by job name")
