@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from orchestrator.launch.ledger import Ledger, attempts
+from orchestrator.sweep.expand import load_sweep
 from record.rundir import RunDir
 from tests.integration.test_submission_cli import PROBE, SMALL, orchestrate, probes
 from tests.support.slurm_queue import cancel_named
@@ -82,3 +83,37 @@ def test_a_finished_sweep_relaunched_trains_only_what_computes_something_new(swe
     third = settle(sweep_dir, tmp_path)
     assert set(third) > set(keys) and len(third) == 4
     assert jobs_of({k: third[k] for k in keys}) == jobs_of(second)
+
+
+def test_a_cell_trained_under_another_gradient_is_named_and_rerun_only_when_asked(sweep_args, tmp_path, monkeypatch):
+    """Issue 24: the trainer's own writer records cell 0's fingerprint under an edited loss (the code of an earlier
+    launch); the relaunch names that cell, keeps it, and `--rerun-changed` trains exactly it again from step 0."""
+    from trainer import fingerprint as fp
+    from trainer.objective import rl_loss
+    from trainer.train import objective_manifest
+
+    name, args, sweep_dir = sweep_args
+    keys = probes(args, {"steps": 2}, {"steps": 2})
+    relaunch(args, tmp_path)
+    settle(sweep_dir, tmp_path)
+    sweep = load_sweep(args[0], args[1:])
+    for i, cell in enumerate(sweep.cells):
+        with monkeypatch.context() as m:
+            if i == 0:  # a normaliser changed under unchanged settings
+                m.setattr(fp, "rl_loss", lambda *a, **k: (2 * rl_loss(*a, **k)[0], {}))
+            RunDir(sweep_dir / cell.run_key).objective.write_text(json.dumps(objective_manifest(cell.config)))
+
+    out = relaunch(args, tmp_path)
+    assert "1 trained cell(s) were computed under another gradient" in out and sweep.cells[0].name in out, out
+    assert "submitted 0 training job(s)" in out
+    out = orchestrate("sweep", *args, *PROBE, "--no-watcher", "--rerun-changed", cwd=tmp_path).stdout
+    assert "submitted 1 training job(s) with chained evaluations" in out, out
+    records = settle(sweep_dir, tmp_path)
+    assert jobs_of(records) == {keys[0]: (2, 2), keys[1]: (1, 1)}
+    assert records[keys[0]]["final"]["status"] == "completed"
+    run = RunDir(sweep_dir / keys[0])
+    (moved,) = (sweep_dir / keys[0] / "superseded").iterdir()
+    assert (moved / "checkpoints" / "latest.json").exists() and (moved / "objective.json").exists()
+    starts = [json.loads(line) for line in run.starts.read_text().splitlines()]
+    assert [s["from_step"] for s in starts] == [0]  # trained again from the start, not resumed
+    assert "computed under another gradient" not in relaunch(args, tmp_path)
