@@ -103,6 +103,57 @@ def plan(cfg: RunConfig, ranks: int, gpu_mem_gb: float | None, gpu: bool = True)
                       base + terms["vllm"], gpu_mem_gb)
 
 
+
+# --- the evaluation job: one trained model's bf16 export under vLLM (or HF) on one GPU ------------------------------
+EVAL_HOST_ALLOWANCE_GB = 8.0   # Python, lm-eval, the tokenizer, vLLM's engine process, pinned buffers: round
+EVAL_GPU_SHARE = 0.85          # vLLM's gpu_memory_utilization in the evaluation (eval/backends.py)
+EVAL_GPU_OVERHEAD_GB = 3.0     # CUDA context, CUDA graphs and the sampler's activations: a round figure
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """Estimated host and GPU memory of the evaluation job of one model, against the profile's."""
+
+    model: str
+    host_gb: float          # the bf16 export read once (2 B a parameter) + one fp32 tensor + the allowance
+    weights_gb: float       # the bf16 weights on the GPU
+    kv_tokens: int          # tokens of KV cache left in vLLM's share of the GPU
+    seq_tokens: int         # one sample: the prompt allowance + eval.max_tokens
+    host_mem_gb: float      # what the profile's eval job asks for
+    gpu_mem_gb: float | None
+
+    def lines(self) -> list[str]:
+        gpu = (f"GPU {self.weights_gb:.1f} weights + KV cache for {self.kv_tokens:,} tokens "
+               f"({self.kv_tokens // max(self.seq_tokens, 1)} samples of {self.seq_tokens:,})"
+               if self.gpu_mem_gb else "GPU not checked (no gpu_mem_gb)")
+        return [f"evaluation {self.model} (estimated): host {self.host_gb:.1f} of {self.host_mem_gb:g} GB, {gpu}"]
+
+    def problem(self) -> str | None:
+        """Checked on a profile that states gpu_mem_gb (a GPU cluster): a CPU profile's evaluation is a smoke test."""
+        if not self.gpu_mem_gb:
+            return None
+        if self.host_gb > self.host_mem_gb:
+            return (f"evaluation memory: {self.model} needs ~{self.host_gb:.0f} GB of host memory, the profile's "
+                    f"eval job asks for {self.host_mem_gb:g}: raise eval.mem_gb in the Slurm profile")
+        if self.kv_tokens < self.seq_tokens:
+            return (f"evaluation memory: {self.model}'s bf16 weights ({self.weights_gb:.0f} GB) leave no room for one "
+                    f"sample's KV cache in {EVAL_GPU_SHARE:g} of a {self.gpu_mem_gb:g} GB GPU: give the evaluation "
+                    f"a larger GPU or lower eval.max_tokens")
+        return None
+
+
+def eval_plan(cfg: RunConfig, host_mem_gb: float, gpu_mem_gb: float | None) -> EvalPlan | None:
+    """The evaluation job's memory for `cfg`'s model; None for a model whose shape is not known."""
+    shape = shape_of(cfg.model.name_or_path)
+    if shape is None:
+        return None
+    weights = 2 * shape.params / GB
+    host = weights + 4 * shape.largest_layer_params / GB + EVAL_HOST_ALLOWANCE_GB
+    seq = cfg.rollout.max_prompt_tokens + cfg.eval.max_tokens
+    free = (EVAL_GPU_SHARE * gpu_mem_gb - weights - EVAL_GPU_OVERHEAD_GB) * GB if gpu_mem_gb else 0.0
+    return EvalPlan(cfg.model.name_or_path, host, weights, max(0, int(free // shape.kv_bytes_per_token())), seq,
+                    host_mem_gb, gpu_mem_gb)
+
 # --- the time-limit margin: how long the warning must come before the limit (slurm/profiles/a100.yaml) -------------
 CHECKPOINT_BYTES = 4 + 4 + 4   # a ZeRO-3 checkpoint: fp32 master weights, Adam m and v a parameter (bf16 params: KBs)
 WRITE_GB_S_PER_NODE = 0.5      # a shared filesystem under an array's load, per node: a cautious round figure

@@ -104,6 +104,9 @@ class SlurmProfile:
     signal_delay_s: int = 90
     # Where this cluster's jobs log (`orchestrate tracking status` prints it); a sweep's tracking.tracking_uri wins.
     tracking_uri: str | None = None
+    # Memory of one GPU of this cluster: what the memory plan (trainer/memory_plan.py) checks a cell against in
+    # `orchestrate validate` and the dry run; null: not checked.
+    gpu_mem_gb: float | None = None
     watcher: WatcherResources = WatcherResources()
     # The site's own job setup: shell lines, variables, interpreter, srun flags, GPU request form, extra #SBATCH
     # options (orchestrator/cluster/site.py).
@@ -114,7 +117,7 @@ class SlurmProfile:
 
     def problems(self, path: str = "slurm") -> list[str]:
         return sv.profile_scalars({k: getattr(self, k) for k in SCALARS}, path) + _uri_problems(
-            self.tracking_uri, f"{path}.tracking_uri")
+            self.tracking_uri, f"{path}.tracking_uri") + _gpu_mem_problems(self.gpu_mem_gb, f"{path}.gpu_mem_gb")
 
     def train_resources(self, params_b: float | None) -> SlurmResources:
         """The smallest size class that holds a model of `params_b` billion parameters, else the defaults."""
@@ -130,9 +133,9 @@ class SlurmProfile:
         problems: list[str] = []
         if not isinstance(data, Mapping):
             raise_if([f"{path}: {data!r} is not a mapping; see slurm/profiles/local.yaml"], f"slurm profile {name}")
-        valid = (*SCALARS, "tracking_uri", "eval", "by_model_size", "watcher", "site", *RESOURCE_KEYS)
+        valid = (*SCALARS, "tracking_uri", "gpu_mem_gb", "eval", "by_model_size", "watcher", "site", *RESOURCE_KEYS)
         problems += [f"{path}.{k}: unknown key; valid: {', '.join(valid)}" for k in data if k not in valid]
-        top = {k: data[k] for k in (*SCALARS, "tracking_uri") if k in data}
+        top = {k: data[k] for k in (*SCALARS, "tracking_uri", "gpu_mem_gb") if k in data}
         flat = sv.screen_memory({k: data[k] for k in RESOURCE_KEYS if k in data}, path, problems)
         train = build(SlurmResources, flat, path, problems)
         evals = data.get("eval")
@@ -147,7 +150,8 @@ class SlurmProfile:
             problems.append(f"{path}.partition: missing; give the Slurm partition (sinfo lists them)")
         if problems:  # the scalars' own problems too: construction, which checks them, is not reached
             raise_if(problems + sv.profile_scalars(top, path) + _uri_problems(top.get("tracking_uri"),
-                                                                               f"{path}.tracking_uri"),
+                                                                               f"{path}.tracking_uri")
+                     + _gpu_mem_problems(top.get("gpu_mem_gb"), f"{path}.gpu_mem_gb"),
                      f"slurm profile {name}")
         try:
             return cls(name=name, train=train, eval=evals, by_model_size=sizes, watcher=watcher, site=site, **top)
@@ -157,7 +161,7 @@ class SlurmProfile:
     def to_dict(self) -> dict:
         out = {"name": self.name, "partition": self.partition, "account": self.account, "qos": self.qos,
                "array_parallelism": self.array_parallelism, "max_array_size": self.max_array_size,
-               "signal_delay_s": self.signal_delay_s, "tracking_uri": self.tracking_uri}
+               "signal_delay_s": self.signal_delay_s, "tracking_uri": self.tracking_uri, "gpu_mem_gb": self.gpu_mem_gb}
         out.update(_resources_dict(self.train))
         out["eval"] = _resources_dict(self.eval)
         out["watcher"] = {k: getattr(self.watcher, k) for k in ("partition", "mem_gb", "time_min")}
@@ -165,6 +169,11 @@ class SlurmProfile:
                                 for s in self.by_model_size]
         out["site"] = self.site.to_dict()
         return out
+
+
+def _gpu_mem_problems(value: Any, path: str) -> list[str]:
+    ok = value is None or isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < 10_000
+    return [] if ok else [f"{path}: {value!r}; give one GPU's memory in GB (80 for an A100 80GB), or null"]
 
 
 def _uri_problems(uri: Any, path: str) -> list[str]:

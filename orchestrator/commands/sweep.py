@@ -31,6 +31,7 @@ from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import Plan, make_plan, summary_lines
 from orchestrator.launch.submit import launch
 from orchestrator.sweep.expand import Sweep, load_sweep
+from orchestrator.sweep.memory import plan_report
 from orchestrator.tracking.check import check_stores, sqlite_written_by_jobs
 from orchestrator.watch.follow import follow
 from orchestrator.watch.job import DEFAULT_POLL_S, Starter
@@ -107,14 +108,14 @@ def run(args: argparse.Namespace) -> int:
         out.print(line, soft_wrap=True, style="bold red" if changed and not args.rerun_changed else None)
     if args.dry_run:
         print_plan(out, sweep, plan, args.rows, str(resolver.data))
-        for problem in resolver.problems:
+        for problem in [*resolver.problems, *plan_report(sweep)[1]]:
             out.print(f"a submission would stop here: {problem}", soft_wrap=True)
         out.print("dry run: nothing written, nothing submitted")
         return 0
     executor, note = choose_executor(args.executor)
     uris = [c.config.tracking.tracking_uri for c in sweep.cells]
     # Every missing path at once, before anything is written: the probes of the tests read none of them.
-    raise_if([*(resolver.problems if args.train_entry == Options.train_entry else ()),
+    raise_if([*(resolver.problems if args.train_entry == Options.train_entry else ()), *plan_report(sweep)[1],
               *(sqlite_written_by_jobs(uris) if executor == "slurm" and not sweep.profile.site.sqlite_jobs else ())],
              f"sweep {args.sweep}: nothing written, nothing submitted")
     check_stores(uris)
@@ -253,6 +254,8 @@ def print_plan(console: Console, sweep: Sweep, plan: Plan, rows: int, data_dir: 
     for before, kind, after in plan.edges():
         console.print(f"  {before} ({sizes[before]} tasks) --{kind}--> {after} ({sizes[after]} tasks)")
     console.print("counts: " + ", ".join(f"{k} {v}" for k, v in plan.counts().items()))
+    for line in plan_report(sweep)[0]:  # estimated memory per job (trainer/memory_plan.py)
+        console.print(line, soft_wrap=True)
     for g in plan.groups:
         console.print(Rule(f"sbatch script: {sweep.name}-{g.name}"))
         console.print(render_sbatch(sweep, plan, g, data_dir=data_dir), soft_wrap=True)  # no wrapped lines in a script

@@ -1,0 +1,62 @@
+"""The memory plan before submission (issue 29, items 3 and 4): the profile states its GPU's memory, the paper's
+sweep prints each model's training and evaluation plan, and a plan that does not fit is refused by validate, the
+dry run and a submission with the knob to turn (the sums themselves: tests/unit/test_memory_plan.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.cluster.profile import SlurmProfile
+from orchestrator.sweep.expand import load_sweep
+from orchestrator.sweep.memory import plan_report
+from record.errors import ConfigError
+from trainer.config import RunConfig
+from trainer.memory_plan import eval_plan
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_a100_profile_states_its_gpu_memory_and_checks_the_value():
+    a100 = SlurmProfile.from_dict(yaml.safe_load((REPO / "slurm/profiles/a100.yaml").read_text()), "a100")
+    data = {k: v for k, v in a100.to_dict().items() if k != "name"}
+    assert a100.gpu_mem_gb == 80 and SlurmProfile.from_dict(data, "a100") == a100
+    with pytest.raises(ConfigError) as err:
+        SlurmProfile.from_dict({"partition": "p", "gpu_mem_gb": "80GB"}, "bad")
+    assert "slurm.gpu_mem_gb: '80GB'; give one GPU's memory in GB (80 for an A100 80GB), or null" in str(err.value)
+
+
+def test_the_papers_sweep_plans_training_and_evaluation_and_fits():
+    lines, problems = plan_report(load_sweep(REPO / "sweeps/onpolicy.yaml", []))
+    assert problems == []
+    assert any(line.startswith("memory Qwen/Qwen2.5-7B on 8 GPU(s)") for line in lines), lines
+    assert any(line.startswith("evaluation meta-llama/Llama-3.1-8B-Instruct (estimated): host 26.2 of 32 GB")
+               for line in lines), lines
+
+
+def test_an_evaluation_host_too_small_for_the_bf16_export_is_refused_with_the_fix():
+    sweep = load_sweep(REPO / "sweeps/onpolicy.yaml", ["sweep.slurm.overrides.eval.mem_gb=16"])
+    _, problems = plan_report(sweep)
+    assert problems and all("raise eval.mem_gb in the Slurm profile" in p for p in problems), problems
+    assert "Qwen/Qwen2.5-7B needs ~25 GB of host memory, the profile's eval job asks for 16" in problems[0]
+
+
+def test_an_evaluation_gpu_without_room_for_one_samples_kv_cache_is_refused():
+    cfg = RunConfig.from_dict({"model": {"name_or_path": "meta-llama/Llama-3.1-8B-Instruct"}})
+    assert eval_plan(cfg, 64, 80).problem() is None
+    small = eval_plan(cfg, 64, 20)  # 0.85 x 20 GB - 16.1 GB of weights - 3 GB: nothing left
+    assert small.kv_tokens == 0 and "leave no room for one sample's KV cache" in small.problem()
+
+
+def test_the_dry_run_prints_the_plan_and_says_the_submission_would_stop():
+    out = subprocess.run([sys.executable, "-m", "orchestrator.cli", "sweep", "sweeps/onpolicy.yaml", "--dry-run",
+                          "--rows", "1", "sweep.slurm.overrides.gpu_mem_gb=40"], cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "evaluation Qwen/Qwen2.5-7B (estimated): host 25.4 of 32 GB" in text, text[-3000:]
+    assert "a submission would stop here: memory: Qwen/Qwen2.5-7B needs ~46 GB per GPU, the GPU has 40" in text
