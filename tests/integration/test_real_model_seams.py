@@ -166,3 +166,21 @@ def test_vllm_logprobs_equal_the_trainers_after_sync_and_after_zero3_updates(eng
         assert gaps[-1] < TOL, f"update {update}: {gaps}"
         ro = fresh
     print("max |log-prob gap| vLLM vs trainer on SmolLM2, sync then after each update:", [f"{g:.1e}" for g in gaps])
+
+
+def test_a_prompt_budget_the_chat_template_does_not_fit_is_one_message(engines, tmp_path):
+    from record.errors import UserError
+    from tests.support.trainer_run import CONFIGS, config_dict
+    from trainer.config import RunConfig
+    from trainer.models import check_prompt_budget
+
+    def config(max_prompt_tokens: int, dataset: str = "tiny") -> RunConfig:
+        d = config_dict(tmp_path, CONFIGS["k1-reward"], model={"name_or_path": "smollm2-135m-instruct"},
+                        rollout={"max_prompt_tokens": max_prompt_tokens}, data={"dataset": dataset})
+        return RunConfig.from_dict(d)
+
+    check_prompt_budget(config(64), engines["tok"])  # smoke-real.yaml's budget: the template takes 30 tokens
+    with pytest.raises(UserError, match=r"max_prompt_tokens=24 does not fit the chat template .* alone take 30 "):
+        check_prompt_budget(config(24), engines["tok"])  # every prompt would lose its system turn
+    with pytest.raises(UserError, match=r"math instruction alone take 4\d tokens"):
+        check_prompt_budget(config(40, "math"), engines["tok"])
