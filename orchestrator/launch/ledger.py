@@ -22,6 +22,7 @@ A record:
      "final": null | {"status": "completed" | "gave_up" | "cancelled" | "collapsed" | "out_of_memory",
                       "reason": "...", "at": t},
      "identity": 2, "eval_id": "<record/identity.py eval_id>",  (an eval attempt carries the eval_id it ran)
+     "objective": {"fingerprint": "<12 hex>", "code": "<snapshot>"},  (written when the cell is made final)
      "decisions": [{"at": t, "action": "submit" | "resubmit" | "give_up" | ..., "reason": "..."}, ...]}
 
 Times are epoch seconds. An attempt is written as INTENT (with its job name) before sbatch and gets its job id after: an

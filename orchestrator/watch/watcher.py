@@ -38,7 +38,8 @@ from orchestrator.launch.ledger import (
     settled,
 )
 from orchestrator.launch.reconcile import refresh, settle_intents
-from record.rundir import RunDir
+from orchestrator.status.outcomes import objective_fields
+from record.rundir import RunDir, read_json
 from trainer.collapse import read_verdict
 
 RETRYABLE = {"NODE_FAIL": "node failure", "PREEMPTED": "preempted", "BOOT_FAIL": "node failed to boot",
@@ -212,6 +213,8 @@ class Watcher:
             except SlurmError as err:
                 note(record, "cancel_failed", f"scancel {' '.join(cancel)}: {err}", now)
         if action.do in ("give_up", "complete"):
+            # the gradient its training computed and the code that did (trainer/fingerprint.py), beside the verdict
+            record["objective"] = objective_fields(read_json(RunDir(record["run_dir"]).objective))
             finish(record, action.status, action.reason, now)
             ledger.save(record)
             return
