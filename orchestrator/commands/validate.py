@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 
 from orchestrator.arguments import add_sweep_arguments
 from orchestrator.console import console
 from orchestrator.launch.plan import make_plan, summary_lines
 from orchestrator.sweep.expand import load_sweep
+from orchestrator.sweep.knobs import dead_knobs
 from orchestrator.sweep.memory import plan_report
 
 EXAMPLES = """examples:
@@ -19,6 +21,12 @@ Overrides use Hydra's syntax: key=value sets a value on every cell, group=option
 (model=tiny), key=a,b (or range(), choice()) sweeps it; a key the sweep already varies is replaced.
 Each model's memory plan (trainer/memory_plan.py) is printed: the training job's peak per GPU, the evaluation
 job's host and GPU memory; a plan over the profile's gpu_mem_gb or eval mem_gb is refused with the knob to turn.
+Then each distinct objective of the sweep (KL settings, algorithm, on/off-policy) on the toy model of section 3.3,
+through the trainer's own loss: its exact expected gradient, squared bias against the sequence-level reverse-KL
+gradient and the token-level one, its sampled variance and a verdict (docs/trainer.md "The bias table"); --no-bias
+skips it (it imports torch: a few seconds). With it, an axis of the objective whose values give one gradient
+wherever it varies (trainer/fingerprint.py: beta when both beta_reward and beta_loss are set, ...) is named as a
+warning: cells that differ only there are one experiment.
 Exit status: 0 valid, 2 invalid (every problem listed with its key path, bad value and valid choices)."""
 
 
@@ -28,6 +36,8 @@ def register(subparsers) -> None:
         description="Load, compose, expand and check a sweep: the same checks that run before any submission.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_arguments(parser)
+    parser.add_argument("--no-bias", action="store_true",
+                        help="skip the bias table of each distinct objective on the toy model")
     parser.set_defaults(func=run)
 
 
@@ -40,6 +50,31 @@ def run(args: argparse.Namespace) -> int:
     lines, problems = plan_report(sweep)
     for line in lines:
         out.print(f"  {line}", soft_wrap=True)
+    if not args.no_bias:
+        print_bias_table(out, sweep)
+        for knob in dead_knobs(sweep):  # the same torch import as the table's
+            out.print(f"[yellow]warning: {knob.line()}[/yellow]", soft_wrap=True)
     for problem in problems:
         out.print(f"[red]{problem}[/red]", soft_wrap=True)
     return 2 if problems else 0
+
+
+def print_bias_table(out, sweep) -> None:
+    """Each distinct objective's gradient on the toy model (trainer/bias_table.py), with how many cells share it."""
+    from rich.table import Table  # noqa: PLC0415 (only when the table is printed)
+
+    from trainer import bias_table  # noqa: PLC0415 (torch: status and a --no-bias validate stay light)
+
+    counts = Counter(bias_table.objective_of_run(cell.config) for cell in sweep.cells)
+    T, rows = bias_table.table(list(counts))
+    if T is None:
+        out.print(f"  bias table: skipped, a group of {max(o.algo.group_size for o in counts)} is too large to "
+                  f"enumerate on the toy model (at most {bias_table.ROW_BUDGET} sequences)", soft_wrap=True)
+        return
+    table = Table(title=f"Each objective's gradient on the toy model ({len(counts)} distinct, T={T})",
+                  caption=bias_table.caption(T, rows), caption_justify="left")
+    for name in ("cells", *bias_table.HEADER):
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(str(counts[row.objective]), *bias_table.cells(row))
+    out.print(table)
