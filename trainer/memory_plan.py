@@ -46,6 +46,7 @@ class MemoryPlan:
     train_peak_gb: float
     rollout_peak_gb: float
     gpu_mem_gb: float | None
+    checkpointing: bool = False
 
     @property
     def peak_gb(self) -> float:
@@ -67,7 +68,9 @@ class MemoryPlan:
         if self.fits:
             return None
         act = max(("activations", "logits", "reference", "vllm"), key=lambda k: self.terms.get(k, 0.0))
-        fix = {"activations": "set memory.gradient_checkpointing=true or lower memory.micro_batch_tokens",
+        fix = {"activations": ("lower memory.micro_batch_tokens (a micro-batch is whole prompt groups)"
+                               if self.checkpointing else
+                               "set memory.gradient_checkpointing=true or lower memory.micro_batch_tokens"),
                "logits": "lower memory.micro_batch_tokens or memory.logprob_chunk_tokens",
                "reference": "set memory.reference=zero3",
                "vllm": "lower rollout.gpu_memory_utilization"}[act]
@@ -100,7 +103,7 @@ def plan(cfg: RunConfig, ranks: int, gpu_mem_gb: float | None, gpu: bool = True)
              "logits": logits / GB, "vllm": vllm / GB, "cuda": CUDA_CONTEXT_GB}
     base = terms["states"] + terms["reference"] + terms["cuda"]
     return MemoryPlan(cfg.model.name_or_path, n, terms, base + terms["activations"] + terms["logits"],
-                      base + terms["vllm"], gpu_mem_gb)
+                      base + terms["vllm"], gpu_mem_gb, m.checkpointing(P / 1e9))
 
 
 
