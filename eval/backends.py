@@ -90,15 +90,19 @@ def vllm_model_args(model_dir: Path, seed: int, tensor_parallel_size: int = 1,
     """model_args of lm-eval's vLLM backend (lm_eval/models/vllm_causallms.py VLLM.__init__), for a GPU or, with
     `gpu` False (default: whether CUDA is here), vLLM's CPU build.
 
-    `tensor_parallel_size`, `max_model_len`, `seed`, `dtype` and `data_parallel_size` are its own arguments;
+    `tensor_parallel_size`, `max_model_len`, `seed`, `dtype`, `batch_size` and `data_parallel_size` are its own
+    arguments;
     `gpu_memory_utilization` (GPU only: on CPU it would be a share of host RAM, and VLLM_CPU_KVCACHE_SPACE bounds the
     cache instead), `enable_prefix_caching`, `enforce_eager` (CPU) and `extra` pass through its **kwargs into
     `vllm.LLM`. dtype: "auto" on GPU, float32 on CPU (bf16 matmuls there are slow and inexact).
     Data parallelism stays 1: its Ray replicas share one seed and can return duplicate samples.
     """
     gpu = vllm_support.on_gpu() if gpu is None else gpu
+    # batch_size "auto": every request of a call to vLLM at once (lm-eval before 0.4.10 defaulted to 1: one generate
+    # call a request, the k samples of a problem run one problem at a time).
     args = {"pretrained": str(model_dir), "dtype": dtype or ("auto" if gpu else "float32"), "seed": int(seed),
-            "tensor_parallel_size": int(tensor_parallel_size), "data_parallel_size": 1, "enable_prefix_caching": True}
+            "tensor_parallel_size": int(tensor_parallel_size), "data_parallel_size": 1, "enable_prefix_caching": True,
+            "batch_size": "auto"}
     if gpu:
         args["gpu_memory_utilization"] = float(gpu_memory_utilization)
     else:
