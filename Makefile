@@ -70,6 +70,7 @@ bench: setup
 	$(BIN)/python bench/rollout.py
 	$(BIN)/python bench/cli_startup.py
 	$(BIN)/python bench/tracking.py
+	$(BIN)/python bench/real_model.py
 
 # runs/ holds the default MLflow store and its artifacts (runs/mlartifacts); mlruns/ and mlartifacts/ are where
 # older versions (and MLflow's own defaults) put artifacts of a local store.
