@@ -208,6 +208,12 @@ def document(sweep: str, rows: Sequence[Mapping], kls: Mapping[str, Mapping], ga
                   else ("p", "None: every cell trained and evaluated."))
     if not rows:
         return blocks
+    settings = outcomes.evaluation_settings(list(rows))
+    if settings:
+        blocks += [("h", 2, "Evaluated more than one way"),
+                   ("p", "The cells were evaluated under these settings (each result kept, docs/orchestration.md "
+                         "\"Identity\"); mean@k columns are per task and k, the newest where two settings share them."),
+                   ("table", ("evaluation", "cells"), [(line, str(n)) for line, n in settings])]
     splits = outcomes.split_objectives(list(rows))
     if splits:
         blocks += [("h", 2, "Configurations trained under different gradients"),

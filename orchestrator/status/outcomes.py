@@ -70,9 +70,9 @@ def merged_eval(evals: list[dict]) -> dict[str, float]:
     return merged
 
 
-def evaluation_settings(rows: list[dict]) -> list[str]:
-    """One line per distinct evaluation setting among the rows' evaluations (tasks, k, max_tokens, backend, seeds)
-    with how many cells have it: what status prints when a sweep was evaluated more than one way."""
+def evaluation_settings(rows: list[dict]) -> list[tuple[str, int]]:
+    """(setting, cells) per distinct evaluation setting among the rows' evaluations (tasks, k, max_tokens, backend,
+    seeds), or nothing when there is one: what status and report say when a sweep was evaluated more than one way."""
     seen: dict[str, int] = {}
     for row in rows:
         for e in row.get("evals") or ():
@@ -80,7 +80,7 @@ def evaluation_settings(rows: list[dict]) -> list[str]:
             line = (f"{','.join(e['tasks']) or 'probe'}: k={s.get('k', '?')} max_tokens={s.get('max_tokens', '?')} "
                     f"backend={s.get('backend', '?')} seeds={s.get('seeds', '?')}")
             seen[line] = seen.get(line, 0) + 1
-    return [f"{line} ({n} cell(s))" for line, n in seen.items()] if len(seen) > 1 else []
+    return list(seen.items()) if len(seen) > 1 else []
 
 
 def objective_fields(objective) -> dict:

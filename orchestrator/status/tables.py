@@ -118,7 +118,7 @@ def render(sweep_dir: Path, width: int, records: dict[str, dict] | None = None, 
     if records is None:
         records, watcher, bases = read(sweep_dir)
     data, base_rows = cell_rows(records), baseline_rows(bases or {})
-    settings = outcomes.evaluation_settings(data)
+    settings = [f"{line} ({n} cell(s))" for line, n in outcomes.evaluation_settings(data)]
     splits = outcomes.split_lines(outcomes.split_objectives(data))
     return Group(table(sweep_dir, data, width), summary_table(data, width),
                  *([Text("cells of one configuration trained under different gradients (the code changed between "

@@ -210,3 +210,26 @@ def test_a_report_names_a_store_without_a_machines_path_or_a_password(tmp_path, 
     assert shown_uri("sqlite:////elsewhere/x/mlflow.db?mode=ro") == "a SQLite store named mlflow.db"
     assert shown_uri("http://me:secret@10.0.0.1:5000") == "http://10.0.0.1:5000"
     assert shown_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+
+
+def test_the_report_says_when_cells_were_evaluated_two_ways_or_trained_under_two_gradients(sweep):
+    """The report reads what the evaluation and the trainer wrote (evals/<id>.json, objective.json) and says so."""
+    from record.rundir import RunDir, atomic_write
+    from trainer.config import RunConfig
+    from trainer.train import objective_manifest
+
+    key = next(p.name for p in sweep.iterdir() if p.name.startswith("k1reward01"))
+    other = RunDir(sweep / key)
+    atomic_write(other.evaluation("b2"), json.dumps({"evaluation_id": "b2", "at": 5.0, "settings": {"k": 8},
+                                                     "tasks": {"tiny": {"metrics": {"eval/tiny/mean_at_8": 0.9}}}}))
+    config = RunConfig.from_dict({"model": {"name_or_path": "tiny"}, "kl": {"estimator": "k1", "placement": "reward",
+                                                                            "beta": 0.1}})
+    atomic_write(other.objective, json.dumps(objective_manifest(config)))
+    seed1 = next(p.name for p in sweep.iterdir() if p.name.startswith("k1reward01") and p.name != key)
+    atomic_write(RunDir(sweep / seed1).objective, json.dumps({"fingerprint": {"hash": "0123456789ab"},
+                                                              "code": "/old/snapshot"}))
+    data, kls = loaded(sweep)
+    text = paper.render_markdown(paper.document("mini", data, kls, [], {}, []))
+    assert "## Evaluated more than one way" in text and "k=8" in text
+    assert "## Configurations trained under different gradients" in text and "/old/snapshot" in text
+    assert "0123456789ab" in text
