@@ -178,7 +178,10 @@ def _generation_kwargs(model_dir: Path, settings: Settings, tokenizer) -> dict:
 
 
 def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, log) -> dict[str, dict[int, dict]]:
-    """task -> seed -> lm-eval metrics; one simple_evaluate per seed over the tasks that still need that seed."""
+    """task -> seed -> lm-eval metrics. One engine per seed, and in it one simple_evaluate per task, each task's
+    result saved as it ends: a time limit loses at most the task in progress, and the requeued job resumes at it.
+    (HF: every call reseeds torch, so a resumed task samples as an uninterrupted one; vLLM: the engine's generator
+    runs on across a seed's tasks, so a task resumed in a new engine draws other, equally valid, samples.)"""
     # lm-eval records `git describe` of the working directory and lets git print "fatal: not a git repository"
     # when that is not a checkout (a model evaluated from anywhere); ours asks quietly and records "unknown".
     lm_eval.evaluator.get_git_commit_hash = quiet_git_hash
@@ -206,20 +209,21 @@ def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, 
             model = hf = hf or backends.hf_lm(model_dir, device=_device())
         else:  # the seed is an engine argument: one engine per seed
             model = backends.vllm_lm(backends.vllm_model_args(model_dir, seed, **vllm_args))
-        start = time.monotonic()
         try:
-            out = lm_eval.simple_evaluate(
-                model=model, tasks=todo, task_manager=manager, limit=settings.limit,
-                apply_chat_template=settings.chat_template, fewshot_as_multiturn=settings.chat_template,
-                log_samples=True, bootstrap_iters=0, random_seed=seed, numpy_random_seed=seed,
-                torch_random_seed=seed, fewshot_random_seed=seed)
+            for t in todo:
+                start = time.monotonic()
+                out = lm_eval.simple_evaluate(
+                    model=model, tasks=[t], task_manager=manager, limit=settings.limit,
+                    apply_chat_template=settings.chat_template, fewshot_as_multiturn=settings.chat_template,
+                    log_samples=True, bootstrap_iters=0, random_seed=seed, numpy_random_seed=seed,
+                    torch_random_seed=seed, fewshot_random_seed=seed)
+                results[t][seed] = outcome.save_seed(root, t, seed, out, settings, files[t],
+                                                     time.monotonic() - start)
+                log(f"[eval] {t} seed {seed}: mean@{settings.k} {results[t][seed]['acc']:.4f} over "
+                    f"{results[t][seed]['docs']} problems")
         finally:
             if settings.backend == "vllm":
                 backends.release_vllm(model)
-        for t in todo:
-            results[t][seed] = outcome.save_seed(root, t, seed, out, settings, files[t], time.monotonic() - start)
-            log(f"[eval] {t} seed {seed}: mean@{settings.k} {results[t][seed]['acc']:.4f} over "
-                f"{results[t][seed]['docs']} problems")
     return results
 
 
