@@ -88,17 +88,26 @@ class Minibatch:
                                          device)
 
 
-class UpdateMetrics:
-    """The step's update metrics: each micro-batch's weighted by its rows, entropy per token, ratio extremes; summed
-    over ranks by `reduce`."""
+# A micro-batch's loss is its share of the minibatch's (divided by the whole minibatch's tokens or sequences over
+# every rank): the shares add up to the minibatch's loss, whatever the micro-batching.
+SHARES = ("loss", "pg_loss", "kl_loss")
 
-    def __init__(self) -> None:
+
+class UpdateMetrics:
+    """The step's update metrics: the losses as the mean over its `minibatches` of each minibatch's loss (the sum of
+    its micro-batches' shares on every rank: independent of the micro-batching, like the gradient); the others
+    each micro-batch's weighted by its rows; entropy per token; ratio extremes. Summed over ranks by `reduce`."""
+
+    def __init__(self, minibatches: int = 1) -> None:
         self.sums: dict[str, float] = {}
+        self.minibatches = minibatches
 
     def add(self, metrics: dict[str, float], entropy: torch.Tensor, micro: MicroBatch) -> None:
         sums, weight = self.sums, micro.size
         for k, v in metrics.items():
-            if k not in ("ratio_max", "ratio_min"):
+            if k in SHARES:
+                sums[f"_share_{k}"] = sums.get(f"_share_{k}", 0.0) + v
+            elif k not in ("ratio_max", "ratio_min"):
                 sums[k] = sums.get(k, 0.0) + v * weight
         sums["_rows"] = sums.get("_rows", 0.0) + weight
         sums["_entropy_sum"] = sums.get("_entropy_sum", 0.0) + float(entropy.sum())
@@ -113,6 +122,7 @@ class UpdateMetrics:
         totals = dict(zip(keys, all_reduce_sum([sums[k] for k in keys], device)))
         rows = max(totals.pop("_rows"), 1.0)
         out = {k: v / rows for k, v in totals.items() if not k.startswith("_")}
+        out.update({k: totals[f"_share_{k}"] / self.minibatches for k in SHARES if f"_share_{k}" in totals})
         out["entropy"] = totals["_entropy_sum"] / max(totals["_tokens"], 1.0)
         # Extremes over every rank: max of maxima, and max of negated minima.
         out["ratio_max"], neg_min = all_reduce_max([sums["ratio_max"], -sums["ratio_min"]], device)

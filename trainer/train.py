@@ -197,7 +197,7 @@ def _step(cfg: RunConfig, run: _Run, step: int, dist: distributed.DistInfo,
         run.reference, rollouts.prompt_ids, rollouts.response_ids, pad, run.micro_groups * G, T, chunk)
     batch = Batch(rollouts.prompt_ids, rollouts.response_ids, torch.tensor(rewards, dtype=torch.float32),
                   rollouts.behavior_tensor(), ref_logp, pad, G)
-    updates = UpdateMetrics()
+    updates = UpdateMetrics(cfg.optim.updates_per_batch)
     for minibatch in batch.minibatches(cfg.optim.updates_per_batch):
         # The loss divides by the whole minibatch's counts over every rank, whatever the micro-batch.
         tokens, seqs = distributed.all_reduce_sum([minibatch.tokens, minibatch.sequences], dist.device)

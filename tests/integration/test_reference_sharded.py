@@ -65,9 +65,10 @@ def test_memory_knobs_train_the_same_weights(tmp_path):
              "reference": "zero3"}
     _, knob_dir, _, turned = run(tmp_path / "b", "knobs", kl, memory=knobs)
     a, b = history(tmp_path / "a", plain), history(tmp_path / "b", turned)
-    # Not train/loss: each micro-batch's loss is its share of the minibatch's, and the step logs their row-weighted
-    # mean, which depends on the micro-batch count (reported to the lead); the gradient does not.
-    for key in ("train/kl_k3", "train/kl_k1", "train/entropy", "train/reward_mean", "train/grad_norm"):
+    # train/loss too: the step logs each minibatch's loss (the sum of its micro-batches' shares), not a mean of
+    # shares that would shrink with the micro-batch count (trainer/batch.py UpdateMetrics).
+    for key in ("train/loss", "train/pg_loss", "train/kl_loss", "train/kl_k3", "train/kl_k1", "train/entropy",
+                "train/reward_mean", "train/grad_norm"):
         torch.testing.assert_close(torch.tensor(b[key]), torch.tensor(a[key]), rtol=1e-4, atol=1e-6, msg=key)
     # Adam divides each gradient element by its own scale, so an element whose gradient is ~0 can take a
     # different-sized update from a summation-order difference: 1e-4 absolute, against 2 steps x lr 1e-3.
