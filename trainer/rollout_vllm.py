@@ -6,13 +6,22 @@ The same calls run on a GPU cluster (CUDA vLLM, the `gpu` extra) and in CI (vLLM
     llm.generate([TokensPrompt(prompt_token_ids=...)], SamplingParams(n, temperature, top_p, top_k, max_tokens,
                  seed, stop_token_ids))
     llm.collective_rpc(_load_weights, args=(weights,))   after every optimizer step (V1 engine, in-process worker)
-    llm.sleep(level=1) / llm.wake_up()                   where the platform has sleep mode (CUDA)
+    llm.sleep(level=1) / llm.wake_up([tags])             where the platform has sleep mode (CUDA): see "Waking"
 
 Weights are synced from the trainer's own parameters, never from disk: ZeRO-3 gathers each parameter in turn on
 every rank (a collective, so every rank syncs at the same point of the loop), and the worker reloads it in place
 through vLLM's `reload_weights`, which re-runs the per-layer post-processing (the CPU backend repacks linear
 weights for its GEMM kernels). The trainer never trains on vLLM's log-probs: it recomputes them with the policy
 (trainer/policy.py), so vLLM's kernels cannot leak into the gradient.
+
+Waking (CUDA; the CPU build has no sleep mode, docs/vllm.md): the engine sleeps after every generate, so the
+training step has the GPU. Before any wake, PyTorch's cached blocks from the step are given back
+(`torch.cuda.empty_cache`), or vLLM's allocation meets a GPU the caching allocator still holds. A sync wakes in
+stages, as verl does: the weights, the load, the cache emptied of the gather's temporaries, then the KV cache; the
+peak is weights + one gathered tensor, never weights + KV cache + the step's leftovers. Sleep level 1 (weights
+offloaded to host memory, the KV cache dropped): the trainer also wakes the engine without a sync (validation
+right after one, the async queue's next batch), and at level 2 such a wake would find no weights; level 1 brings
+back exactly the weights last synced.
 """
 
 from __future__ import annotations
@@ -52,6 +61,16 @@ def _load_weights(worker, weights) -> None:
     method = getattr(lm_head, "quant_method", None)
     if getattr(getattr(model, "config", None), "tie_word_embeddings", False) and method is not None:
         method.process_weights_after_loading(lm_head)
+
+
+SLEEP_LEVEL = 1  # not 2: a wake without a sync must find the last synced weights (the module docstring)
+
+
+def _release_cached_blocks() -> None:
+    """Give PyTorch's cached, unused GPU blocks back to the driver before vLLM allocates (no-op without CUDA)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
 
 class VLLMEngine:
@@ -98,9 +117,16 @@ class VLLMEngine:
         self.asleep = False
 
     def sync_weights(self, model) -> None:
-        """Load the trained weights into the engine (colocated: same device, no network, no disk)."""
-        self.wake()
+        """Load the trained weights into the engine (colocated: same device, no network, no disk); asleep, it wakes
+        in stages: weights, the load, then the KV cache (the module docstring)."""
+        if self.asleep:
+            _release_cached_blocks()
+            self.llm.wake_up(tags=["weights"])
         self.llm.collective_rpc(_load_weights, args=(gathered_parameters(model),))
+        if self.asleep:
+            _release_cached_blocks()  # the gathered parameters' temporaries
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
         self.llm.reset_prefix_cache()  # cached KV of shared prompt prefixes was computed by the old weights
 
     def close(self) -> None:
@@ -119,11 +145,13 @@ class VLLMEngine:
     def sleep(self) -> None:
         """Free the engine's weights and KV cache for the training step (no-op without sleep mode)."""
         if self.sleep_mode and not self.asleep:
-            self.llm.sleep(level=1)
+            self.llm.sleep(level=SLEEP_LEVEL)
             self.asleep = True
 
     def wake(self) -> None:
+        """Wake without a sync (level 1: the weights last synced come back from host memory)."""
         if self.asleep:
+            _release_cached_blocks()
             self.llm.wake_up()
             self.asleep = False
 
