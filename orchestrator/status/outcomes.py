@@ -141,6 +141,23 @@ def config_label(axes: Mapping) -> str:
     return cell_name(tuple((k, v) for k, v in axes.items() if k != "seed")) or "all"
 
 
+# Slurm's pending reasons (sacct's Reason, from the one query status makes) as a researcher reads them.
+PENDING = {"Priority": "other jobs have priority", "Resources": "waiting for free resources",
+           "Dependency": "waiting for the job it depends on", "JobArrayTaskLimit": "the array's parallelism limit",
+           "QOSMaxJobsPerUserLimit": "the QOS's limit on jobs per user: it starts as others end",
+           "AssocMaxJobsLimit": "the account's limit on running jobs", "BeginTime": "its start time is later",
+           "PartitionTimeLimit": "its time limit is above the partition's: it will never start; lower time_min",
+           "PartitionNodeLimit": "it asks for more nodes than the partition has: it will never start",
+           "ReqNodeNotAvail": "the nodes it needs are down or reserved",
+           "DependencyNeverSatisfied": "its dependency failed: it will never start"}
+
+
+def pending_reason(reason: str) -> str:
+    """`waiting (Slurm: Resources): waiting for free resources`; an unknown reason as Slurm says it."""
+    key = reason.split(",")[0].split("(")[0].strip()
+    return f"waiting (Slurm: {reason})" + (f": {PENDING[key]}" if key in PENDING else "")
+
+
 def cell_row(record: dict, facts: dict) -> dict:
     """One cell's status row: the ledger's view (state, attempts, latest job, give-up reason) and the run
     directory's (`facts`: step, metrics, eval, verdict fields). `reason` says why the cell is not a plain
@@ -154,6 +171,8 @@ def cell_row(record: dict, facts: dict) -> dict:
         reasons.append(final.get("reason"))
     if facts.get("verdict") not in (None, "stable"):  # a collapse's own reason says more than "it collapsed"
         reasons.append(facts.get("verdict_reason"))
+    if job and job["state"] == "PENDING" and job.get("reason") not in (None, "", "None"):
+        reasons.append(pending_reason(job["reason"]))
     return {"run_key": record["run_key"], "name": record["name"], "axes": record["axes"],
             "config": config_label(record["axes"]), "state": cell_status(record),
             "train_attempts": len(attempts(record, "train")), "eval_attempts": len(attempts(record, "eval")),

@@ -108,6 +108,19 @@ def test_a_give_up_reason_and_a_verdict_reason_both_show():
     assert none["reason"] == "failed twice with exit code 3:0" and none["verdict"] is None
 
 
+def test_a_pending_cell_says_why_it_waits():
+    """Slurm's pending reason (sacct's Reason, copied into the attempt by the one query status makes)."""
+    record = L.new_record("s", "k", "k1-reward-s0", {"seed": 0}, Path("/r"))
+    L.add_attempt(record, "train", "n", 1.0, job_id="7_1", state="PENDING", reason="QOSMaxJobsPerUserLimit")
+    facts = {"step": None, "metrics": {}, "eval": {}, **outcomes.verdict_fields(None)}
+    assert outcomes.cell_row(record, facts)["reason"] == \
+        "waiting (Slurm: QOSMaxJobsPerUserLimit): the QOS's limit on jobs per user: it starts as others end"
+    record["jobs"][0]["reason"] = "SomethingNew"
+    assert outcomes.cell_row(record, facts)["reason"] == "waiting (Slurm: SomethingNew)"
+    record["jobs"][0].update(state="RUNNING", reason="None")
+    assert outcomes.cell_row(record, facts)["reason"] is None
+
+
 def test_the_summary_gives_mean_and_spread_over_the_seeds_that_have_it(sweep_dir):
     rows = cells.cell_rows(cells.current_records(sweep_dir))
     by_config = {s["config"]: s for s in outcomes.summary(rows)}
