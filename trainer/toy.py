@@ -46,11 +46,13 @@ def _bernoulli_kl(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return p * (torch.log(p) - torch.log(q)) + (1 - p) * (torch.log1p(-p) - torch.log1p(-q))
 
 
-def _count_chain(theta: torch.Tensor, ref: torch.Tensor, T: int, hold_prefix: bool, forward: bool) -> torch.Tensor:
+def _count_chain(theta: torch.Tensor, ref: torch.Tensor, T: int, hold_prefix: bool, forward: bool,
+                 prefix: torch.Tensor | None = None) -> torch.Tensor:
     """sum_t E_{c_{t-1} ~ A}[KL_t] over the count chain, the per-token KL being reverse (A||B) or forward (B||A).
 
     hold_prefix=True detaches the prefix distribution, so autograd differentiates only the per-token
     conditionals: that is the TOKEN-level target. hold_prefix=False gives the true sequence-level KL.
+    prefix: the (a, b) whose chain draws the prefixes (a behaviour policy mu, off-policy); None: A's own.
     """
     total = torch.zeros((), dtype=DTYPE)
     q = torch.ones(1, dtype=DTYPE)  # distribution of c_{t-1} over 0..t-1
@@ -60,7 +62,8 @@ def _count_chain(theta: torch.Tensor, ref: torch.Tensor, T: int, hold_prefix: bo
         kl_t = _bernoulli_kl(pb, pa) if forward else _bernoulli_kl(pa, pb)
         weights = q.detach() if hold_prefix else q
         total = total + (weights * kl_t).sum()
-        q = torch.cat([q * (1 - pa), torch.zeros(1, dtype=DTYPE)]) + torch.cat([torch.zeros(1, dtype=DTYPE), q * pa])
+        pq = pa if prefix is None else torch.sigmoid(prefix[0] + prefix[1] * c)
+        q = torch.cat([q * (1 - pq), torch.zeros(1, dtype=DTYPE)]) + torch.cat([torch.zeros(1, dtype=DTYPE), q * pq])
     return total
 
 
@@ -80,9 +83,15 @@ def sequence_kl_grad(theta: torch.Tensor, ref: torch.Tensor, T: int) -> torch.Te
     return _grad(lambda th: _count_chain(th, ref.to(DTYPE), T, hold_prefix=False, forward=False), theta)
 
 
-def token_reverse_kl_grad(theta: torch.Tensor, ref: torch.Tensor, T: int) -> torch.Tensor:
-    """sum_t E_{y<t ~ A}[grad KL(A(.|y<t) || B(.|y<t))], prefix held fixed: the target of rho*k1, rho*k3, sg(rho)*k2."""
-    return _grad(lambda th: _count_chain(th, ref.to(DTYPE), T, hold_prefix=True, forward=False), theta)
+def token_reverse_kl_grad(theta: torch.Tensor, ref: torch.Tensor, T: int,
+                          prefix: torch.Tensor | None = None) -> torch.Tensor:
+    """sum_t E_{y<t ~ A}[grad KL(A(.|y<t) || B(.|y<t))], prefix held fixed: the target of rho*k1, rho*k3, sg(rho)*k2.
+
+    prefix: a behaviour policy mu's (a, b): the prefixes drawn from mu instead (the off-policy token-level target
+    that the rho forms reach, companion article); None: from A itself.
+    """
+    mu = None if prefix is None else prefix.detach().to(DTYPE)
+    return _grad(lambda th: _count_chain(th, ref.to(DTYPE), T, hold_prefix=True, forward=False, prefix=mu), theta)
 
 
 def token_forward_kl_grad(theta: torch.Tensor, ref: torch.Tensor, T: int) -> torch.Tensor:

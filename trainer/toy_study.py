@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from record.errors import ConfigError
+from trainer.advantages import aggregate
 from trainer.config_objective import AlgorithmConfig, KLConfig
 from trainer.objective import rl_loss, shaped_advantages
 from trainer.toy import DTYPE, all_sequences, sample, sequence_kl_grad, token_logprobs, token_reverse_kl_grad
@@ -54,16 +55,29 @@ def _algo(group_size: int) -> AlgorithmConfig:
     )
 
 
-def _loss_wrt_logp(logp: torch.Tensor, ref_logp: torch.Tensor, kl: KLConfig, group_size: int) -> torch.Tensor:
-    """dL/d logp_t of the trainer's loss for every token, [S, T] (autograd through the advantages and rl_loss)."""
+def _loss_wrt_logp(logp: torch.Tensor, ref_logp: torch.Tensor, kl: KLConfig, algo: AlgorithmConfig,
+                   old_logp: torch.Tensor | None = None) -> torch.Tensor:
+    """dL/d logp_t of the trainer's loss for every token, [S, T] (autograd through the advantages and rl_loss).
+
+    old_logp [S, T]: the behaviour policy's log-probs (off-policy: the reward's KL, rho and the PPO ratio use them)."""
     logp = logp.detach().requires_grad_(True)
     mask = torch.ones_like(logp, dtype=torch.bool)
     reward = torch.zeros(logp.shape[0], dtype=logp.dtype)
-    algo = _algo(group_size)
-    terms, advantages = shaped_advantages(logp, ref_logp, mask, reward, kl, algo, with_metrics=False)
-    loss, _ = rl_loss(logp, advantages, terms, mask, algo, with_metrics=False)
+    terms, advantages = shaped_advantages(logp, ref_logp, mask, reward, kl, algo, old_logp=old_logp,
+                                          with_metrics=False)
+    loss, _ = rl_loss(logp, advantages, terms, mask, algo, old_logp=old_logp, with_metrics=False)
     (g,) = torch.autograd.grad(loss, logp)
     return g
+
+
+def token_weight(algo: AlgorithmConfig, T: int) -> float:
+    """What the trainer's aggregation multiplies one sequence's token sum by, relative to a mean over sequences,
+    when every sequence has T tokens (the toy's): 1 for seq_mean_token_sum, 1/T for token_mean, ... Measured
+    through `aggregate` itself; dividing by it leaves a gradient per sequence, comparable across aggregations."""
+    x = torch.zeros(1, T, dtype=DTYPE, requires_grad=True)
+    mask = torch.ones(1, T, dtype=torch.bool)
+    (g,) = torch.autograd.grad(aggregate(x, mask, algo.aggregation, algo.norm_length), x)
+    return float(g[0, 0])
 
 
 def score_features(theta: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -74,26 +88,33 @@ def score_features(theta: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 class TrialBatch:
-    """K trials of N sequences at one length, with what every configuration shares precomputed."""
+    """K trials of N sequences at one length, with what every configuration shares precomputed.
 
-    def __init__(self, y: torch.Tensor, theta: torch.Tensor, ref: torch.Tensor):
+    behaviour: the (a, b) of the policy that drew y when it is not theta (off-policy), else None.
+    """
+
+    def __init__(self, y: torch.Tensor, theta: torch.Tensor, ref: torch.Tensor, behaviour: torch.Tensor | None = None):
         self.K, self.N, self.T = y.shape
         flat = y.reshape(-1, self.T)
         self.logp = token_logprobs(theta.to(DTYPE)[None], flat)
         self.ref_logp = token_logprobs(ref.to(DTYPE)[None], flat)
+        self.old_logp = None if behaviour is None else token_logprobs(behaviour.to(DTYPE)[None], flat)
         self.score = score_features(theta.to(DTYPE), flat)
 
-    def gradients(self, kl: KLConfig, group_size: int = 1) -> torch.Tensor:
+    def gradients(self, kl: KLConfig, group_size: int = 1, algo: AlgorithmConfig | None = None) -> torch.Tensor:
         """One gradient estimate per trial, [K, 2]: row k is (1/N) sum_i g_i over trial k's sequences.
 
         The chain rule through the toy model is explicit (dL/dlogp times d logp/d(a,b)), so one autograd pass
         of the trainer's loss serves all K trials; trials never mix because each sequence's score is its own.
         group_size > 1 uses RLOO within consecutive groups of each trial; 1 uses no baseline (as in the paper).
+        algo: the trainer's algorithm settings instead (its group size, baseline, aggregation, clip); the estimate
+        is then divided by its aggregation's `token_weight`, so every aggregation reads per sequence.
         """
-        dl = _loss_wrt_logp(self.logp, self.ref_logp, kl, group_size)
+        algo = algo or _algo(group_size)
+        dl = _loss_wrt_logp(self.logp, self.ref_logp, kl, algo, self.old_logp)
         per_seq = torch.einsum("st,stp->sp", dl, self.score)
         # rl_loss averages over all K*N sequences; trial k's estimate averages over its own N.
-        return per_seq.reshape(self.K, self.N, 2).sum(1) * self.K
+        return per_seq.reshape(self.K, self.N, 2).sum(1) * self.K / token_weight(algo, self.T)
 
 
 def exact_expectation(theta: torch.Tensor, ref: torch.Tensor, T: int, kl: KLConfig) -> torch.Tensor:

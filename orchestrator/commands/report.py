@@ -9,7 +9,7 @@ from pathlib import Path
 
 from orchestrator.arguments import add_sweep_dir_argument
 from orchestrator.launch.ledger import Ledger
-from orchestrator.report import asynchronous, late, paper
+from orchestrator.report import asynchronous, bias, late, paper
 from orchestrator.report import baselines as base_models
 from orchestrator.status.baselines import baseline_rows, current_baselines
 from orchestrator.status.cells import cell_rows, current_records, run_config
@@ -33,7 +33,9 @@ directory instead (the checkpoint's collapse history: KL, length, held-out pass@
 and the report says so. Final mean@k per task with its seed spread and its relative change against the beta = 0
 cell of the same model (eval_result.json), each base model's mean@k (sweep.baselines) a dotted line beside them and
 in a table of its own; Table 1's behaviour column from the collapse verdicts
-(verdict.json); cells still running, failed, not evaluated or never submitted are listed with why."""
+(verdict.json); cells still running, failed, not evaluated or never submitted are listed with why. Each distinct
+objective among the cells on the toy model of section 3.3 (as `orchestrate validate` prints it): in the report, in
+bias-table.md and on the terminal."""
 
 
 def register(subparsers) -> None:
@@ -75,16 +77,24 @@ def run(args: argparse.Namespace) -> int:
     blocks = paper.document(sweep_dir.name, data, kls, paper.coverage(data, planned), figures, notes)
     blocks += base_models.blocks(bases)
     blocks += asynchronous.blocks(figures["async"])
+    made = bias.table(configs)  # each distinct objective on the toy model: a second or two, torch included
+    blocks += bias.blocks(made)
     at = next((i for i, b in enumerate(blocks) if b[0] == "h" and b[2].startswith("Training curves")), len(blocks))
     blocks[at:at] = late.blocks(late.late_values([c for c in cells if paper.finished(c["row"])]))
     (out / "report.md").write_text(paper.render_markdown(blocks), encoding="utf-8")
     (out / "report.html").write_text(paper.render_html(blocks, images, f"Sweep {sweep_dir.name}"), encoding="utf-8")
+    table_md = paper.render_markdown(bias.blocks(made)) if made["T"] else ""
+    if table_md:
+        (out / "bias-table.md").write_text(table_md, encoding="utf-8")
     for note in notes:
         if "unreachable" in note:
             print(f"warning: {note}", file=sys.stderr)
     done = sum(1 for r in data if paper.finished(r))
     print(f"{sweep_dir.name}: {len(data)} cells, {done} finished; {len(images)} figures; "
           f"{out / 'report.html'} and report.md")
+    if table_md:
+        print(f"{bias.TITLE} ({out / 'bias-table.md'}):")
+        print(paper.render_markdown([b for b in bias.blocks(made) if b[0] == "table"]), end="")
     return 0
 
 

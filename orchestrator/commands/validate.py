@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
+from rich.table import Table
+
 from orchestrator.arguments import add_sweep_arguments
 from orchestrator.console import console
 from orchestrator.launch.plan import make_plan, summary_lines
@@ -61,8 +63,6 @@ def run(args: argparse.Namespace) -> int:
 
 def print_bias_table(out, sweep) -> None:
     """Each distinct objective's gradient on the toy model (trainer/bias_table.py), with how many cells share it."""
-    from rich.table import Table  # noqa: PLC0415 (only when the table is printed)
-
     from trainer import bias_table  # noqa: PLC0415 (torch: status and a --no-bias validate stay light)
 
     counts = Counter(bias_table.objective_of_run(cell.config) for cell in sweep.cells)
