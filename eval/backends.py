@@ -28,10 +28,9 @@ from lm_eval.api import registry
 from transformers import GenerationConfig
 
 from trainer import vllm_support
+from trainer.stop_tokens import stop_tokens
 
 BACKENDS = ("hf", "vllm")
-# End-of-turn strings of the chat templates we use (Qwen, Llama 3, the tiny model, Llama 2 / Mistral).
-END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|end|>", "</s>")
 # Without a chat template a base model runs on into a new problem: cut it there.
 PLAIN_STOPS = ("\n\nProblem:", "\n\nQuestion:", "\n\nUser:")
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.85
@@ -48,10 +47,9 @@ def pick_backend(requested: str | None = None) -> str:
 
 
 def stop_strings(tokenizer, chat_template: bool) -> list[str]:
-    """The eos string, the end-of-turn strings the tokenizer knows, and (no template) the new-problem cues."""
-    vocab = set(tokenizer.get_vocab())
-    stops = [tokenizer.eos_token] if tokenizer.eos_token else []
-    stops += [s for s in END_OF_TURN if s in vocab]
+    """The tokens a training rollout stops at (trainer/stop_tokens.py: eos, the generation_config's eos, the
+    end-of-turn tokens the tokenizer knows), and (no template) the new-problem cues."""
+    stops = stop_tokens(tokenizer)
     if not chat_template:
         stops += list(PLAIN_STOPS)
     return list(dict.fromkeys(stops))

@@ -23,6 +23,7 @@ from trainer.distributed import DistInfo
 from trainer.policy import score_logprobs
 from trainer.rewards import reward_fn
 from trainer.rollout import RolloutEngine, Sampling
+from trainer.stop_tokens import stop_token_ids
 
 if TYPE_CHECKING:  # for annotations only: transformers takes seconds to import
     from transformers import PreTrainedTokenizerBase
@@ -86,7 +87,9 @@ class BatchSampler:
         self.order = PromptOrder(len(examples), cfg.seed)
         self.grade = reward_fn(cfg.data.dataset)
         r = cfg.rollout
-        self.sampling = Sampling(r.temperature, r.top_p, r.top_k or 0, r.max_response_tokens)
+        # Stop where the evaluation stops (trainer/stop_tokens.py): the chat template's end of turn too.
+        self.sampling = Sampling(r.temperature, r.top_p, r.top_k or 0, r.max_response_tokens,
+                                 stop_token_ids(tokenizer))
         self.off_policy = r.async_level > 0 or cfg.optim.updates_per_batch > 1
 
     def sample(self, step: int, version: int, model: torch.nn.Module) -> Sampled:

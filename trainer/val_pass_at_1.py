@@ -8,6 +8,7 @@ from trainer.config import RunConfig
 from trainer.data import prompt_text
 from trainer.distributed import DistInfo, all_reduce_sum
 from trainer.rollout import Sampling
+from trainer.stop_tokens import stop_token_ids
 
 
 def pass_at_1(rollout, tokenizer, examples: list[dict], cfg: RunConfig, grade, dist: DistInfo, step: int) -> float:
@@ -24,7 +25,7 @@ def pass_at_1(rollout, tokenizer, examples: list[dict], cfg: RunConfig, grade, d
     prompts = [tokenizer(prompt_text(tokenizer, examples[i], cfg.data.dataset, cfg.model.chat_template),
                          add_special_tokens=False)["input_ids"][-cfg.rollout.max_prompt_tokens:] for i in padded]
     sampling = Sampling(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.top_k or 0,
-                        cfg.rollout.max_response_tokens)
+                        cfg.rollout.max_response_tokens, stop_token_ids(tokenizer))
     with torch.no_grad():
         ro = rollout.generate(prompts, 1, sampling, seed=10**6 + step * 101 + dist.rank)
     correct = sum(grade(ro.texts[j], examples[i]) >= 1.0 for j, i in enumerate(mine))
