@@ -111,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
         for problem in [*resolver.problems, *plan_report(sweep)[1]]:
             out.print(f"a submission would stop here: {problem}", soft_wrap=True)
         out.print("dry run: nothing written, nothing submitted")
+        # A hint, not the table: the dry run shows what Slurm gets; validate shows what the cells compute (torch).
+        again = " ".join([args.sweep, *args.overrides])
+        out.print(f"each objective's bias on the toy model: orchestrate validate {again}", soft_wrap=True)
         return 0
     executor, note = choose_executor(args.executor)
     uris = [c.config.tracking.tracking_uri for c in sweep.cells]

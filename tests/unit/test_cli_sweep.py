@@ -82,7 +82,8 @@ def test_dry_run_prints_the_plan_and_touches_nothing(tmp_path, monkeypatch, caps
         assert cell.run_key in out and cell.name in out
     for text in ("sweep onpolicy: 102 cells", "job arrays on profile a100", "train-0 (102 tasks) --aftercorr--> eval-0",
                  "#SBATCH --array=0-101%8", "#SBATCH --dependency='aftercorr:<job id of onpolicy-train-0>'",
-                 "dry run: nothing written, nothing submitted"):
+                 "dry run: nothing written, nothing submitted",
+                 f"each objective's bias on the toy model: orchestrate validate {SWEEPS / 'onpolicy.yaml'}"):
         assert text in out, text
 
 
