@@ -10,7 +10,8 @@ the split between reward and loss matters, and the 102 cells of a sweep fold int
 Exactly, with groups: the expectation of a group's estimate needs every group of G sequences, (2^T)^G of them. A
 group's average is symmetric in the other G - 1 members, so enumerating the first member and the multiset of the
 others (weighted by its multinomial probability) is exact: 2^T * C(2^T + G - 2, G - 1) groups. T is the longest of
-LENGTHS for which every objective of the table fits ROW_BUDGET rows (RLOO's G = 5: T = 3; Dr. GRPO's G = 16: T = 2).
+LENGTHS for which every objective of the table fits ROW_BUDGET rows (RLOO's G = 5: T = 3), else 2 up to MAX_ROWS
+(Dr. GRPO's G = 16; G up to 27).
 Off-policy, the batch is drawn from mu, the policy one update behind: mu = theta + STEP * (unit gradient of the
 sequence KL at theta), so theta is mu after one step of size STEP down the KL, far enough that PPO's clip at 0.2
 bites on some tokens.
@@ -32,7 +33,8 @@ from trainer.toy_study import TrialBatch
 
 THETA, REF = (0.5, -0.1), (0.0, 0.1)  # `orchestrate synthetic`'s defaults: the policy A and the reference B
 LENGTHS = (4, 3, 2)
-ROW_BUDGET = 60_000  # sequences enumerated for one objective (G = 5: T = 3; G = 16: T = 2): ~0.1 s
+ROW_BUDGET = 60_000  # sequences enumerated for one objective at T > 2 (G = 5: T = 3): ~0.1 s
+MAX_ROWS = 400_000  # at T = 2, the shortest that tells the two targets apart: G up to 27 (~1 s a row)
 STEP = 0.25  # per-token |log pi/mu| up to 0.19 (T = 2) and 0.26 (T = 3): PPO clips 11% and 17% of tokens at 0.2
 TRIALS, SEQUENCES, SEED = 100, 200, 0  # the variance: batches of 200 sequences, 100 of them
 TOL = 1e-8  # relative to |truth|^2; exact sums in float64 put an unbiased objective near 1e-20
@@ -111,10 +113,12 @@ def groups_for(T: int, group_size: int) -> int:
 
 
 def length_for(objectives) -> int | None:
-    """The longest of LENGTHS at which every objective's enumeration fits ROW_BUDGET; None if none does."""
+    """The longest of LENGTHS at which every objective's enumeration fits ROW_BUDGET (MAX_ROWS at the shortest);
+    None if none does."""
     sizes = {o.algo.group_size for o in objectives} or {1}
     for T in LENGTHS:
-        if all(groups_for(T, g) * g <= ROW_BUDGET for g in sizes):
+        budget = MAX_ROWS if T == LENGTHS[-1] else ROW_BUDGET
+        if all(groups_for(T, g) * g <= budget for g in sizes):
             return T
     return None
 

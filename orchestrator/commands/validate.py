@@ -69,7 +69,7 @@ def print_bias_table(out, sweep) -> None:
     T, rows = bias_table.table(list(counts))
     if T is None:
         out.print(f"  bias table: skipped, a group of {max(o.algo.group_size for o in counts)} is too large to "
-                  f"enumerate on the toy model (at most {bias_table.ROW_BUDGET} sequences)", soft_wrap=True)
+                  f"enumerate on the toy model (at most {bias_table.MAX_ROWS} sequences)", soft_wrap=True)
         return
     table = Table(title=f"Each objective's gradient on the toy model ({len(counts)} distinct, T={T})",
                   caption=bias_table.caption(T, rows), caption_justify="left")

@@ -154,7 +154,13 @@ def test_length_fits_the_group():
     assert bt.length_for([bt.objective(KLConfig(), RLOO, False)]) == 3
     g16 = replace(RLOO, advantage="dr_grpo", group_size=16)
     assert bt.length_for([bt.objective(KLConfig(), g16, True)]) == 2
-    assert bt.length_for([bt.objective(KLConfig(), replace(RLOO, group_size=64), False)]) is None
+    assert bt.length_for([bt.objective(KLConfig(), replace(RLOO, group_size=27), False)]) == 2
+    assert bt.length_for([bt.objective(KLConfig(), replace(RLOO, group_size=28), False)]) is None
+
+
+def test_validate_says_when_a_group_is_too_large_to_enumerate(capsys):
+    assert main(["validate", "sweeps/smoke.yaml", "algorithm.group_size=64"]) == 0
+    assert "bias table: skipped, a group of 64 is too large" in capsys.readouterr().out
 
 
 def test_the_papers_sweeps_fold_into_a_few_objectives():
