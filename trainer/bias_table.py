@@ -64,7 +64,7 @@ class Objective:
         else:
             text = f"{kl.estimator}-{kl.placement}"
             if kl.placement == "reward+loss" and kl.beta_reward_value != kl.beta_loss_value:
-                text += f" (beta loss/reward {kl.beta_loss_value / max(kl.beta_reward_value, 1e-300):.3g})"
+                text += f" (beta reward {kl.beta_reward_value:.3g}, loss {kl.beta_loss_value:.3g})"
             text += "-rho" if kl.loss_form == "rho" else ""
             text += "-rtg" if kl.credit == "reward_to_go" else ""
             text += f" clamp {kl.clamp:g}" if kl.clamp is not None else ""

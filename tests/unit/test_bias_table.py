@@ -81,6 +81,7 @@ def test_k3_in_reward_carries_minus_the_forward_gradient_and_split_betas_are_bia
     assert close(on("k3-reward").expected, seq - fwd)  # equations 19 and 45
     split = on(KLConfig(estimator="k3", placement="reward+loss", beta_reward=1.0, beta_loss=0.5))
     assert split.verdict == "biased" and close(split.expected, seq - 0.5 * fwd)
+    assert split.objective.label().startswith("k3-reward+loss (beta reward 1, loss 0.5) | none G=1")
 
 
 def test_beta_folds_away_but_its_split_does_not():
