@@ -70,6 +70,7 @@ bench: setup
 	$(BIN)/python bench/rollout.py
 	$(BIN)/python bench/cli_startup.py
 	$(BIN)/python bench/tracking.py
+	$(BIN)/python bench/scale.py
 	$(BIN)/python bench/real_model.py
 
 # runs/ holds the default MLflow store and its artifacts (runs/mlartifacts); mlruns/ and mlartifacts/ are where

@@ -12,6 +12,7 @@ The rendered directory is what `TaskManager(include_path=...)` reads, and is kep
 
 from __future__ import annotations
 
+import functools
 import shutil
 from pathlib import Path
 
@@ -54,11 +55,15 @@ def load_task(name: str, task_dir: Path = TASK_DIR) -> dict:
     return {**base, **cfg}
 
 
+# The task files ship with the code and never change under a running process; a sweep asks each cell's tasks (five
+# per cell: 50,000 YAML parses for 10,000 cells, minutes, before this cache) and an evaluation each sample's family.
+@functools.lru_cache(maxsize=256)
 def data_file(name: str, task_dir: Path = TASK_DIR) -> str:
     """The data file a task reads (relative name in the template, e.g. 'math500.jsonl')."""
     return str(load_task(name, task_dir)["dataset_kwargs"]["data_files"]["test"])
 
 
+@functools.lru_cache(maxsize=256)
 def family(name: str, task_dir: Path = TASK_DIR) -> str:
     """The answer family (eval/answers.py) the task is graded with."""
     return str(load_task(name, task_dir)["metadata"]["family"])
