@@ -74,7 +74,7 @@ sweep:
     ]
     for start in expected:
         assert sum(p.startswith(start) for p in found) == 1, (start, found)
-    assert "valid: llama-3.1-8b-instruct, qwen2.5-7b, qwen3-4b-instruct-2507, tiny" in found[
+    assert "valid: llama-3.1-8b-instruct, qwen2.5-7b, qwen3-4b-instruct-2507, smollm2-135m-instruct, tiny" in found[
         [p.startswith("sweep.baselines[0]") for p in found].index(True)]
     assert len(found) == len(expected), found
 

@@ -129,7 +129,7 @@ def test_unknown_keys_are_refused_even_with_plus(tmp_path):
     path = write(tmp_path, "sweep: {}\n")
     found = problems(path, ["+new.key=1", "optim.stepz=3"])
     assert found[0] == ("cell 0 (seed=0): new: unknown key; valid: model, data, rollout, optim, checkpoint, eval, "
-                        "tracking, kl, algorithm, seed, collapse")
+                        "tracking, kl, algorithm, memory, seed, collapse")
     assert "(did you mean 'steps'?)" in found[1]
 
 
@@ -144,8 +144,8 @@ def test_unknown_group_option_lists_the_valid_ones(tmp_path):
     path = write(tmp_path, "sweep: {grid: [{model: 'tiny,nope'}]}\n")
     found = problems(path)
     assert len(found) == 1 and "cell 1 (model=nope, seed=0)" in found[0]
-    assert "Could not find 'model/nope'; valid: llama-3.1-8b-instruct, qwen2.5-7b, qwen3-4b-instruct-2507, tiny" \
-        in found[0]
+    assert ("Could not find 'model/nope'; valid: llama-3.1-8b-instruct, qwen2.5-7b, qwen3-4b-instruct-2507, "
+            "smollm2-135m-instruct, tiny") in found[0]
 
 
 def test_cells_are_checked_against_their_slurm_resources(tmp_path):

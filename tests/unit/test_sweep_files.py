@@ -11,7 +11,7 @@ from orchestrator.sweep.expand import load_sweep
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 COUNTS = {"onpolicy": 102, "offpolicy": 36, "async": 30, "correct-gradients": 12, "smoke": 2, "smoke-vllm": 2,
-          "tiny-study": 27}
+          "smoke-real": 2, "tiny-study": 27}
 
 
 def configs(name: str):
