@@ -26,6 +26,8 @@ from orchestrator.cluster.sbatch_values import LIMITS
 from orchestrator.console import console
 from orchestrator.launch.adopt import adopt, legacy_identities
 from orchestrator.launch.baselines import wait_baselines
+from orchestrator.launch.costs import costs, disk_problem, free_space
+from orchestrator.launch.costs import lines as cost_lines
 from orchestrator.launch.fingerprints import changed_in, said
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import Plan, make_plan, summary_lines
@@ -106,9 +108,12 @@ def run(args: argparse.Namespace) -> int:
     sweep, resolver = resolve_paths(sweep)
     for line in said(changed, args.rerun_changed):
         out.print(line, soft_wrap=True, style="bold red" if changed and not args.rerun_changed else None)
+    cost = costs(sweep, plan, args.max_retries, free_space(Path(sweep.spec.output_root)))
     if args.dry_run:
         print_plan(out, sweep, plan, args.rows, str(resolver.data))
-        for problem in [*resolver.problems, *plan_report(sweep)[1]]:
+        for line in cost_lines(cost):
+            out.print(line, soft_wrap=True)
+        for problem in [*resolver.problems, *plan_report(sweep)[1], *filter(None, [disk_problem(cost)])]:
             out.print(f"a submission would stop here: {problem}", soft_wrap=True)
         out.print("dry run: nothing written, nothing submitted")
         # A hint, not the table: the dry run shows what Slurm gets; validate shows what the cells compute (torch).
@@ -118,13 +123,15 @@ def run(args: argparse.Namespace) -> int:
     executor, note = choose_executor(args.executor)
     uris = [c.config.tracking.tracking_uri for c in sweep.cells]
     # Every missing path at once, before anything is written: the probes of the tests read none of them.
-    raise_if([*(resolver.problems if args.train_entry == Options.train_entry else ()), *plan_report(sweep)[1],
+    real = args.train_entry == Options.train_entry  # the probes of the tests read and write none of it
+    raise_if([*(resolver.problems if real else ()), *plan_report(sweep)[1],
+              *(filter(None, [disk_problem(cost)]) if real else ()),
               *(sqlite_written_by_jobs(uris) if executor == "slurm" and not sweep.profile.site.sqlite_jobs else ())],
              f"sweep {args.sweep}: nothing written, nothing submitted")
     check_stores(uris)
     sweep = carry_data(sweep, resolver)
     done = materialise(sweep, plan)
-    for line in summary_lines(sweep, plan):
+    for line in [*summary_lines(sweep, plan), *cost_lines(cost)]:
         out.print(line, soft_wrap=True)
     out.print(f"wrote {done.written} run dir(s) ({done.unchanged} unchanged, {done.kept} kept as they were"
               + (f", {done.updated} with new evaluation or machinery settings (a running job takes them at its next "
