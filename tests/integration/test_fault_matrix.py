@@ -8,6 +8,7 @@ Slow (a real job each, on 2 shared cores): marked `reliability`, run by `make re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ from tests.support.fault_row import histories, measured
 from tests.support.fault_sweep import REAL, REAL_CELL, FaultSweep, job_environment
 from tests.support.slurm_queue import step_pids
 from tests.support.tracking_server import kill_mlflow, server_fixture
-from trainer.build_lock import STALE_ENV, local_holder
+from trainer.build_lock import BUILD_TOOLS, STALE_ENV
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.fault_matrix, pytest.mark.reliability]
 
@@ -97,8 +98,9 @@ def test_disk_full_during_a_save_keeps_the_previous_checkpoint_and_names_the_dis
     fs = cell()
     disk = small_disk(fs.run_dir / "checkpoints", "64m")
     fs.launch()
-    fs.wait_for_checkpoint(2)
-    filler = fill(disk, leave=64 * 1024)  # the next save (step 4) does not fit
+    frozen = fs.freeze_at_checkpoint(2)
+    filler = fill(disk, leave=64 * 1024)  # the next save does not fit
+    frozen.thaw()
     seen = {}
 
     def free_the_disk_after_the_failure(records):
@@ -109,12 +111,12 @@ def test_disk_full_during_a_save_keeps_the_previous_checkpoint_and_names_the_dis
 
     record = fs.follow(on_poll=free_the_disk_after_the_failure)
     assert "could not be written" in seen["log"] and f"mounted at {disk}" in seen["log"], seen["log"][-3000:]
-    assert seen["latest"]["step"] == 2  # the previous checkpoint stayed in force
+    assert seen["latest"] == frozen.latest  # the previous checkpoint stayed in force
     first, second = [j for j in record["jobs"] if j["kind"] == "train"]
     assert first["state"] == "FAILED" and second["state"] == "COMPLETED"
     measured("disk-full", "checkpoint disk full during a save",
-             "checkpoints/ on a 64 MiB tmpfs, filled to 64 KiB free after the step-2 checkpoint; freed after the "
-             "job failed", fs, reference, started)
+             f"checkpoints/ on a 64 MiB tmpfs, filled to 64 KiB free with the job stopped (SIGSTOP) at its "
+             f"step-{frozen.latest['step']} checkpoint; freed after the job failed", fs, reference, started)
 
 
 # --- a torn or corrupt latest checkpoint ---------------------------------------------------------------------------
@@ -123,20 +125,27 @@ def test_a_torn_latest_checkpoint_falls_back_to_the_previous_one_and_says_so(cel
     started = time.monotonic()
     fs = cell()
     fs.launch()
-    fs.wait_for_checkpoint(4)
-    job = fs.train_job()
-    subprocess.run(["scancel", "--signal=KILL", job["job_id"]], check=True)
-    fs.wait_for_state(job["job_id"], {"CANCELLED", "FAILED"})
-    tag = json.loads((fs.run_dir / "checkpoints" / "latest.json").read_text())["tag"]
-    shard = next((fs.run_dir / "checkpoints" / tag).glob("*model_states.pt"))
+    # Stopped at its step-4 checkpoint, the shard torn, then killed: the checkpoint latest.json names is the one
+    # the resumed job reads first, and the one before it is complete (a save prunes older ones BEFORE it writes:
+    # stopped later, mid-save of step 6, only step 4 would be left, and the row would test NoUsableCheckpoint).
+    frozen = fs.freeze_at_checkpoint(4)
+    tag, checkpoints = frozen.latest["tag"], fs.run_dir / "checkpoints"
+    previous = [d.name for d in sorted(checkpoints.glob("step_*")) if d.name < tag and (d / "state.json").exists()]
+    assert previous, f"job stopped with no checkpoint before {tag} left: {sorted(checkpoints.iterdir())}"
+    shard = next((checkpoints / tag).glob("*model_states.pt"))
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])  # half-written
+    frozen.kill()
+    fs.wait_for_state(frozen.job_id, {"CANCELLED", "FAILED"})
 
     record = fs.follow()
-    resumed = job_log([j for j in record["jobs"] if j["kind"] == "train"][-1])
-    assert f"{tag} in" in resumed and "is unusable" in resumed and "resuming from step_" in resumed, resumed[-3000:]
+    trains = [j for j in record["jobs"] if j["kind"] == "train"]
+    assert len(trains) == 2 and trains[0]["state"] != "COMPLETED", trains  # killed, resubmitted by the watcher
+    resumed = job_log(trains[-1])
+    assert f"{tag} in" in resumed and "is unusable" in resumed, resumed[-3000:]
+    assert f"resuming from {previous[-1]} " in resumed, resumed[-3000:]
     measured("corrupt-checkpoint", "latest checkpoint torn (half-written shard)",
-             f"job SIGKILLed, then {shard.name} of the latest checkpoint ({tag}) cut to half its size", fs,
-             reference, started)
+             f"job stopped (SIGSTOP) at its step-{frozen.latest['step']} checkpoint, {shard.name} of that "
+             f"checkpoint ({tag}) cut to half its size, then `kill -9` of the job", fs, reference, started)
 
 
 # --- the time limit, with the warning signal in time and without it ------------------------------------------------
@@ -145,14 +154,20 @@ def test_the_warning_signal_in_time_checkpoints_and_requeues_in_place(cell, refe
     started = time.monotonic()
     fs = cell()
     fs.launch()
-    fs.wait_for_checkpoint(2)
-    job = fs.train_job()
-    # Slurm sends USR2 `signal_delay_s` before the limit, checked every ~30 s: sent here at a known moment.
-    subprocess.run(["scancel", "--signal=USR2", job["job_id"]], check=True)
+    # Slurm sends USR2 `signal_delay_s` before the limit, checked every ~30 s: sent here at a known moment, to a
+    # job stopped at its step-2 checkpoint, which runs on once the signal is pending in its processes (idle, the
+    # cell used to finish before a scancel after the checkpoint landed, and the row tested nothing).
+    frozen = fs.freeze_at_checkpoint(2)
+    subprocess.run(["scancel", "--signal=USR2", frozen.job_id], check=True)
+    frozen.wait_until_pending(signal.SIGUSR2)
+    frozen.thaw()
     record = fs.follow()
-    assert len([j for j in record["jobs"] if j["kind"] == "train"]) == 1  # the same job, requeued by itself
+    trains = [j for j in record["jobs"] if j["kind"] == "train"]
+    assert len(trains) == 1, trains  # the same job, requeued by itself
+    assert requeues(frozen.job_id) == 1, f"job {frozen.job_id} was not requeued in place"
     measured("timeout-signal", "time limit, warning signal (USR2) in time",
-             "scancel --signal=USR2 (what --signal=USR2@delay sends before the limit) after step 2", fs, reference,
+             f"scancel --signal=USR2 (what --signal=USR2@delay sends before the limit) to the job stopped at its "
+             f"step-{frozen.latest['step']} checkpoint, resumed once the signal was pending", fs, reference,
              started)
 
 
@@ -160,13 +175,13 @@ def test_the_time_limit_without_a_warning_resumes_from_the_last_periodic_checkpo
     started = time.monotonic()
     fs = cell()
     fs.launch()
-    fs.wait_for_checkpoint(2)
-    job = fs.train_job()
-    # The job frozen (SIGSTOP to every step, the batch script too: a hung job handles no warning signal) until it
-    # has run over a minute; then the limit cut to one minute: it is over it at once, with no warning in time.
-    # Slurm ends it: SIGCONT, SIGTERM, KillWait (5 s), SIGKILL. (Frozen, because on an idle machine the 8-step
-    # cell finishes in under a minute, the shortest limit Slurm has.)
-    subprocess.run(["scancel", "--signal=STOP", "--full", job["job_id"]], check=True)
+    # The job stopped at its step-2 checkpoint (SIGSTOP to every process of its step: a hung job handles no
+    # warning signal) until it has run over a minute; then the limit cut to one minute: it is over it at once,
+    # with no warning in time. Slurm ends it: SIGCONT, SIGTERM, KillWait (5 s), SIGKILL. (Stopped, because on an
+    # idle machine the 8-step cell finishes in under a minute, the shortest limit Slurm has; stopped directly,
+    # because a `scancel --signal=STOP` after the checkpoint landed after the last step.)
+    frozen = fs.freeze_at_checkpoint(2)
+    job = {"job_id": frozen.job_id}
     deadline = time.monotonic() + 180
     while _elapsed_s(job["job_id"]) < 61:
         assert time.monotonic() < deadline, f"job {job['job_id']} has not run a minute after {180}s"
@@ -177,9 +192,15 @@ def test_the_time_limit_without_a_warning_resumes_from_the_last_periodic_checkpo
     first = [j for j in record["jobs"] if j["kind"] == "train"][0]
     assert first["state"] == "TIMEOUT", first
     measured("timeout-no-signal", "time limit, no warning signal in time",
-             "SIGSTOP of the job after its step-2 checkpoint, then scontrol update TimeLimit=1 once it had run over "
-             "a minute", fs,
-             reference, started)
+             f"SIGSTOP of the job at its step-{frozen.latest['step']} checkpoint, then scontrol update TimeLimit=1 "
+             f"once it had run over a minute", fs, reference, started)
+
+
+def requeues(job_id: str) -> int:
+    """How many times Slurm ran `job_id` again under its own id (sacct -D: one line per run, REQUEUED before)."""
+    out = subprocess.run(["sacct", "-j", job_id, "-X", "-D", "-n", "-P", "-o", "State"], capture_output=True,
+                         text=True).stdout.split()
+    return sum(state == "REQUEUED" for state in out)
 
 
 def _elapsed_s(job_id: str) -> float:
@@ -194,12 +215,13 @@ def test_scontrol_requeue_restarts_the_same_job_from_its_checkpoint(cell, refere
     started = time.monotonic()
     fs = cell()
     fs.launch()
-    fs.wait_for_checkpoint(2)
-    job = fs.train_job()
-    subprocess.run(["scontrol", "requeue", job["job_id"]], check=True)
+    frozen = fs.freeze_at_checkpoint(2)  # idle, the cell finished before a requeue after the checkpoint landed
+    subprocess.run(["scontrol", "requeue", frozen.job_id], check=True)
     record = fs.follow()
     assert len([j for j in record["jobs"] if j["kind"] == "train"]) == 1, record["jobs"]
-    measured("requeue", "preemption-style requeue", "scontrol requeue of the running job after step 2", fs,
+    assert requeues(frozen.job_id) == 1, f"job {frozen.job_id} was not requeued in place"
+    measured("requeue", "preemption-style requeue",
+             f"scontrol requeue of the job stopped (SIGSTOP) at its step-{frozen.latest['step']} checkpoint", fs,
              reference, started)
 
 
@@ -217,30 +239,46 @@ def test_the_tracking_store_down_mid_run_loses_no_metric_and_logs_none_twice(cel
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
     fs = cell(tracking_uri=server.uri)
     fs.launch()
-    fs.wait_for_checkpoint(2)
+    # The store killed while the job is stopped at its step-2 checkpoint, back once the job has trained on to its
+    # step-4 checkpoint against the dead store (a fixed 10 s outage after the checkpoint, on an idle machine,
+    # came after the last step: only the job's final delivery met it).
+    frozen = fs.freeze_at_checkpoint(2)
     kill_mlflow(server.data_dir)
-    time.sleep(10)  # the job steps on against a dead store
+    frozen.thaw()
+    fs.wait_for_checkpoint(frozen.latest["step"] + 2)
     up(server.data_dir, port=server.port, workers=server.workers, say=lambda _: None)
     record = fs.follow()
     log = job_log([j for j in record["jobs"] if j["kind"] == "train"][-1])
     assert "MLflow store unreachable" in log, "the outage did not reach the job:\n" + log[-3000:]
     measured("store-unreachable", "tracking store unreachable for part of a run",
-             "the MLflow server (orchestrate tracking) SIGKILLed after step 2, back 10 s later", fs, reference,
-             started)
+             f"the MLflow server (orchestrate tracking) SIGKILLed with the job stopped at its "
+             f"step-{frozen.latest['step']} checkpoint, back once the job had checkpointed step "
+             f"{frozen.latest['step'] + 2}", fs, reference, started)
 
 
 # --- a job killed during DeepSpeed's first JIT build -----------------------------------------------------------------
 
 def wait_for_the_build(lock: Path, timeout_s: float = 600.0) -> str:
-    """Until a job is compiling the op (its lock and build.ninja written, ninja started): the builder seen."""
-    deadline = time.monotonic() + timeout_s
-    while not (lock.exists() and (lock.parent / "build.ninja").exists()):
-        assert time.monotonic() < deadline, f"no build of {lock.parent.name} started in {timeout_s}s"
+    """Until a job is compiling the op: its lock there and a build tool (ninja, a compiler) working in the op's
+    directory, seen in /proc (not a fixed wait after build.ninja appears)."""
+    deadline, workdir = time.monotonic() + timeout_s, os.path.realpath(lock.parent)
+    while not (lock.exists() and (tools := _build_tools_in(workdir))):
+        assert time.monotonic() < deadline, f"no build of {lock.parent.name} under way in {timeout_s}s"
         time.sleep(0.2)
-    time.sleep(2)  # the compilers under way
-    holder = local_holder(lock)
-    assert holder, f"{lock} exists but no process on this host builds: the build ended before the kill"
-    return holder
+    return f"{', '.join(tools)} built in {workdir}"
+
+
+def _build_tools_in(workdir: str) -> list[str]:
+    """The build tools (trainer/build_lock.py's BUILD_TOOLS) working in `workdir`, as "pid (name)"."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            comm = (proc / "comm").read_text().strip()
+            if proc.name.isdigit() and comm in BUILD_TOOLS and os.readlink(proc / "cwd") == workdir:
+                found.append(f"{proc.name} ({comm})")
+        except OSError:
+            continue  # ended while we looked
+    return found
 
 
 def test_a_job_killed_mid_build_leaves_a_lock_the_next_job_takes_over(cell, reference, tmp_path, monkeypatch):
@@ -262,7 +300,8 @@ def test_a_job_killed_mid_build_leaves_a_lock_the_next_job_takes_over(cell, refe
     pids = step_pids(job)
     assert pids, f"no process of job {job} found"
     for pid in pids:
-        os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # a compiler that finished meanwhile
+            os.kill(pid, signal.SIGKILL)
     fs.wait_for_state(job, {"FAILED", "CANCELLED"})
     assert lock.exists(), "the killed build left no lock: the row tests nothing"
     print(f"SIGKILLed {len(pids)} processes of job {job} while {builder}")
@@ -292,16 +331,18 @@ def test_one_rank_of_a_two_rank_run_sigkilled_is_resubmitted_and_resumes(cell):
     assert undisturbed["final"]["status"] == "completed", undisturbed["decisions"]
     fs = cell(two_ranks)
     fs.launch()
-    fs.wait_for_checkpoint(2, timeout_s=1200)
-    job = fs.train_job()["job_id"]
-    pids = step_pids(job, rank=1)
-    assert pids, f"no process of rank 1 of job {job} found"
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
+    # Both ranks stopped at the step-2 checkpoint, rank 1 killed, rank 0 let run on into the lost peer (idle, the
+    # cell used to finish between the checkpoint and the kill).
+    frozen = fs.freeze_at_checkpoint(2, timeout_s=1200)
+    rank1 = step_pids(frozen.job_id, rank=1)
+    assert rank1, f"no process of rank 1 of job {frozen.job_id} found"
+    frozen.signal(signal.SIGKILL, rank1)
+    frozen.thaw()
     record = fs.follow(timeout_s=1800)
     trains = [j for j in record["jobs"] if j["kind"] == "train"]
     assert len(trains) == 2 and trains[0]["state"] != "COMPLETED", trains  # the job ended, and was resubmitted
     measured("sigkill-rank", "SIGKILL of one rank of a 2-rank run",
-             "`kill -9` of rank 1's process (1 node x 2 ranks) after the step-2 checkpoint", fs,
+             f"`kill -9` of rank 1's process (1 node x 2 ranks), both ranks stopped (SIGSTOP) at the "
+             f"step-{frozen.latest['step']} checkpoint", fs,
              histories(reference.run_dir), started)
 

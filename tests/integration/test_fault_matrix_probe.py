@@ -42,10 +42,11 @@ def test_a_users_cancellation_is_kept_and_never_resubmitted(cell):
     started = time.monotonic()
     fs = cell(steps=30, sleep_s=1.0)
     fs.launch()
-    fs.wait_for_checkpoint(2)
+    frozen = fs.freeze_at_checkpoint(2)  # still running when the cancellation lands, however loaded the machine
     cancel = subprocess.run([sys.executable, "-m", "orchestrator.cli", "cancel", str(fs.sweep_dir)], cwd=REPO,
                             capture_output=True, text=True)
     assert cancel.returncode == 0, cancel.stderr
+    frozen.thaw()  # Slurm's SIGCONT may have come first; if not, the job must not stay stopped past its kill
     record = fs.follow(timeout_s=120)
     assert record["final"]["status"] == "cancelled" and len(attempts(record, "train")) == 1, record["decisions"]
     done = row("scancel", "scancel by the user", "`orchestrate cancel SWEEP` (records it, then scancel) "
@@ -82,10 +83,9 @@ def test_a_watcher_killed_mid_poll_leaves_no_duplicate_and_the_next_one_finishes
     started = time.monotonic()
     fs = cell(watcher=False, steps=8, sleep_s=1.0)  # `orchestrate watch` in a terminal, not the watcher job
     fs.launch()
-    fs.wait_for_checkpoint(2)
-    first = fs.train_job()
-    subprocess.run(["scancel", "--signal=KILL", first["job_id"]], check=True)
-    fs.wait_for_state(first["job_id"], {"CANCELLED"})
+    first = fs.freeze_at_checkpoint(2)  # killed before its last step, however loaded the machine
+    subprocess.run(["scancel", "--signal=KILL", first.job_id], check=True)
+    fs.wait_for_state(first.job_id, {"CANCELLED"})
     watcher = subprocess.run([sys.executable, "-c", KILLED_WATCHER, when,
                               str(fs.sweep_dir)], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert watcher.returncode == -9, watcher.stdout + watcher.stderr

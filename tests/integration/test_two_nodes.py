@@ -213,14 +213,17 @@ def test_a_node_set_down_under_a_two_node_job_is_resumed_and_matches_an_undistur
     try:
         reference.launch()  # on partition local: node 2 going down does not touch it
         fs.launch()
-        fs.wait_for_checkpoint(2, timeout_s=1200)
-        job = fs.train_job()["job_id"]
+        # Stopped on both hosts at its step-2 checkpoint, then the node set down: the job cannot have finished
+        # first (idle, a step takes ~0.2 s); its processes run on (into Slurm's kill) once Slurm saw NODE_FAIL.
+        frozen = fs.freeze_at_checkpoint(2, timeout_s=1200)
+        job = frozen.job_id
         subprocess.run(["scontrol", "update", f"nodename={second}", "state=down", "reason=fault matrix"], check=True)
         deadline = time.monotonic() + 120
         while "NODE_FAIL" not in subprocess.run(["sacct", "-j", job, "-D", "-X", "-n", "-o", "State"],
                                                 capture_output=True, text=True).stdout:
             assert time.monotonic() < deadline, f"{job} not NODE_FAIL after {second} went down"
             time.sleep(0.5)
+        frozen.thaw()
         # The node back (ReturnToService may have brought it back already: then resume is refused, harmlessly).
         subprocess.run(["scontrol", "update", f"nodename={second}", "state=resume"], capture_output=True)
         undisturbed = reference.follow(timeout_s=1800)
@@ -234,5 +237,6 @@ def test_a_node_set_down_under_a_two_node_job_is_resumed_and_matches_an_undistur
                            text=True).stdout
     assert second in nodes, nodes  # it did run across both hosts
     measured("node-fail-2-nodes", "a node set down under a running 2-node job (NODE_FAIL)",
-             f"`scontrol update nodename={second} state=down` after the step-2 checkpoint of a 2 nodes x 1 rank "
-             "cell; the node resumed once the job failed", fs, histories(reference.run_dir), started)
+             f"`scontrol update nodename={second} state=down` with a 2 nodes x 1 rank cell stopped (SIGSTOP) at "
+             f"its step-{frozen.latest['step']} checkpoint; the node resumed once the job failed", fs,
+             histories(reference.run_dir), started)

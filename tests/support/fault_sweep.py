@@ -9,8 +9,10 @@ A row injects its fault between `launch()` and `follow()`, or from `follow(on_po
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import time
 import uuid
@@ -26,7 +28,7 @@ from orchestrator.status.watcher import read_info
 from orchestrator.sweep.expand import Sweep, load_sweep
 from orchestrator.watch.job import Starter
 from orchestrator.watch.watcher import Watcher
-from tests.support.slurm_queue import cancel_named
+from tests.support.slurm_queue import cancel_named, step_pids
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = Options(executor="slurm", train_entry="orchestrator.jobs:probe_train",
@@ -46,6 +48,50 @@ def job_environment() -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         os.environ.pop(var, None)
+
+
+@dataclass
+class Frozen:
+    """A training job stopped (SIGSTOP to every process of its srun step) at a checkpoint the test has seen: the
+    state a row injects its fault at. `latest` is latest.json as the stopped job left it."""
+
+    job_id: str
+    pids: list[int]
+    latest: dict
+
+    def signal(self, sig: int, pids: list[int] | None = None) -> None:
+        for pid in self.pids if pids is None else pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    def thaw(self) -> None:
+        self.signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        """SIGKILL to every process of the step at once (a stopped process dies of it too): what the OOM killer or
+        a lost node does; no SIGTERM first, so the trainer saves nothing more (`scancel --signal=KILL` sends
+        SIGCONT and SIGTERM before it, and the trainer checkpoints on a SIGTERM)."""
+        self.signal(signal.SIGKILL)
+
+    def wait_until_pending(self, sig: int, timeout_s: float = 60.0) -> None:
+        """Until `sig`, sent through Slurm, is pending in every stopped process that handles it: delivered, not
+        yet acted on (/proc/<pid>/status ShdPnd/SigPnd against SigCgt)."""
+        bit, deadline = 1 << (sig - 1), time.monotonic() + timeout_s
+        while True:
+            waiting = []
+            for pid in self.pids:
+                try:
+                    masks = {k: int(v, 16) for k, v in (line.split(":\t") for line in
+                             Path(f"/proc/{pid}/status").read_text().splitlines()
+                             if line.startswith(("SigCgt", "SigPnd", "ShdPnd")))}
+                except (OSError, ValueError):
+                    continue  # gone
+                if masks["SigCgt"] & bit and not (masks["SigPnd"] | masks["ShdPnd"]) & bit:
+                    waiting.append(pid)
+            if not waiting:
+                return
+            assert time.monotonic() < deadline, f"signal {sig} not delivered to {waiting} in {timeout_s}s"
+            time.sleep(0.1)
 
 
 @dataclass
@@ -130,6 +176,39 @@ class FaultSweep:
                 pass
             assert time.monotonic() < deadline, f"{self.key} did not checkpoint step {step} in {timeout_s}s"
             time.sleep(0.5)
+
+    def latest_checkpoint(self) -> dict:
+        """latest.json ({"tag", "step"}), or {"step": 0} before the first checkpoint."""
+        try:
+            return json.loads((self.run_dir / "checkpoints" / "latest.json").read_text())
+        except (OSError, ValueError):
+            return {"step": 0}
+
+    def freeze_at_checkpoint(self, step: int, timeout_s: float = 900.0) -> Frozen:
+        """SIGSTOP every process of the cell's training job the moment latest.json names checkpoint `step` (or a
+        later one): the row then acts on a job that cannot move, the same on an idle machine and on a loaded one.
+        Waiting for the checkpoint and then acting raced the job: idle, a step takes ~0.1 s here, and a scancel or
+        a `kill` after a /proc scan landed steps later, or after the last step. So the processes are found
+        beforehand (rescanned every 0.5 s: a scan takes ~5 ms, a twentieth of a step), latest.json is read every
+        2 ms, and once stopped the step is scanned again for any process started meanwhile."""
+        deadline, pids, scanned = time.monotonic() + timeout_s, [], 0.0
+        while self.latest_checkpoint()["step"] < step:
+            assert time.monotonic() < deadline, f"{self.key} did not checkpoint step {step} in {timeout_s}s"
+            if time.monotonic() - scanned > 0.5:
+                job_id = self.train_job().get("job_id")
+                pids, scanned = (step_pids(job_id) if job_id else []), time.monotonic()
+            time.sleep(0.002)
+        job_id = self.train_job()["job_id"]
+        frozen = Frozen(job_id, [], {})
+        while new := [p for p in (pids or step_pids(job_id)) if p not in frozen.pids]:
+            frozen.signal(signal.SIGSTOP, new)
+            frozen.pids += new
+            pids = step_pids(job_id)
+        frozen.latest = self.latest_checkpoint()
+        steps = self.sweep.cells[0].config.optim.steps
+        assert frozen.pids and frozen.latest["step"] < steps, (
+            f"job {job_id} was not stopped before its last step: pids {frozen.pids}, latest {frozen.latest}")
+        return frozen
 
     def wait_for_state(self, job_id: str, states: set[str], timeout_s: float = 120.0) -> str:
         deadline = time.monotonic() + timeout_s
