@@ -98,7 +98,7 @@ class Resolver:
         digest = hashlib.sha256()
         for name, file in sorted(self.carried.items()):
             digest.update(name.encode() + b"\0" + file.read_bytes() + b"\0")
-        target = Path(sweep_dir).absolute() / "data" / digest.hexdigest()[:12]
+        target = Path(os.path.abspath(sweep_dir)) / "data" / digest.hexdigest()[:12]
         if not target.is_dir():
             tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
             tmp.mkdir(parents=True, exist_ok=True)

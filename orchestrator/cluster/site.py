@@ -128,7 +128,7 @@ class SiteSetup:
             out["gpus_per_node"] = None
         elif gpus_per_node and self.gpu_type:
             out["gpus_per_node"] = f"{self.gpu_type}:{gpus_per_node}"
-        out["extra"] = {k: (True if v is True else str(v)) for k, v in extra.items() if v is not False}
+        out["extra"] = {k: (True if v is True else str(v)) for k, v in extra.items() if v not in (False, None)}
         return out
 
     def command(self, default: str) -> str:
@@ -174,7 +174,7 @@ def _sbatch_option(p: list[str], path: str, key: str, value: Any) -> None:
     elif key in OWNED:
         p.append(f"{path}: set by the orchestrator itself; use the profile's own key for it (e.g. partition, "
                  f"time_min, gpus_per_node with site.gpus: gres)")
-    if isinstance(value, bool):
+    if isinstance(value, bool) or value is None:  # a flag, or (null, false) no option
         return
     if not isinstance(value, str) or not value or sv.offender(value, lambda ch: ch.isalnum() and ch.isascii()
                                                                 or ch in SBATCH_VALUE):

@@ -128,3 +128,13 @@ def test_the_snapshot_holds_every_package_a_job_imports(tmp_path):
     outside = [f for f in loaded if not f.startswith(str(snap) + "/") and "/.venv/" not in f]
     assert loaded and not outside, outside
     assert any("/record/" in f for f in loaded)
+
+
+@pytest.mark.parametrize("example", sorted((REPO / "slurm" / "profiles" / "examples").glob("*.yaml")),
+                         ids=lambda p: p.stem)
+def test_the_example_site_profiles_load_and_render(example, tmp_path):
+    """Each common site shape (modules + venv, Apptainer, pyxis/enroot) passes the checks and renders a script."""
+    found: list[str] = []
+    assert load_profile(str(example), {}, found) is not None, found
+    script = script_of(sweep_with(tmp_path, yaml.safe_load(example.read_text())))
+    assert "srun " in script and "export HF_HUB_OFFLINE=1" in script
