@@ -1,4 +1,5 @@
-"""`orchestrate tracking up|down|status|import`: the sweep-wide MLflow server on PostgreSQL (docs/tracking.md)."""
+"""`orchestrate tracking up|down|status|import|flush`: the sweep-wide MLflow server on PostgreSQL (docs/tracking.md),
+and delivering what a sweep's jobs buffered while their store did not answer."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import json
 import os
 from pathlib import Path
 
+from orchestrator.arguments import add_sweep_dir_argument
 from orchestrator.console import console
+from orchestrator.status.cells import current_records
+from orchestrator.sweep.locate import sweep_dir_of
+from orchestrator.tracking.flush import flush
 from orchestrator.tracking.server import down, status, up
 from record.errors import UserError
 from record.tracker_import import import_store, source_uri
@@ -19,6 +24,7 @@ EXAMPLES = """examples:
   orchestrate tracking up --data-dir /srv/mlflow --host 0.0.0.0 --auth
   orchestrate tracking import runs/mlflow.db --data-dir /srv/mlflow
   orchestrate tracking down --data-dir /srv/mlflow
+  orchestrate tracking flush runs/onpolicy
 
 `up` starts PostgreSQL (Debian's package, installed with apt-get when missing and run as root) in
 <data dir>/postgres and `mlflow server` on it, with artifacts in --artifacts (default <data dir>/artifacts).
@@ -68,6 +74,14 @@ def register(subparsers) -> None:
     _data_dir(imp, required=False)
     imp.add_argument("--to", metavar="URI", help="the target tracking URI (default: the --data-dir server's)")
     imp.set_defaults(func=run_import)
+    fl = sub.add_parser("flush", help="deliver what a sweep's jobs buffered while their store did not answer",
+                        description="Deliver every cell's buffered tracking events (a job that could not reach "
+                                    "its store keeps them in its run directory) into its MLflow run, in order and "
+                                    "each point once; cells whose job is live deliver their own. Exit 0 when "
+                                    "nothing is left undelivered.",
+                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_sweep_dir_argument(fl)
+    fl.set_defaults(func=run_flush)
 
 
 def _data_dir(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -123,6 +137,17 @@ def run_status(args: argparse.Namespace) -> int:
         out.print(f"  use it: tracking.tracking_uri={info['uri']} (sweep), tracking_uri: {info['uri']} (Slurm "
                   f"profile), or export MLFLOW_TRACKING_URI={info['uri']}", soft_wrap=True)
     return 0 if info["up"] else 1
+
+
+def run_flush(args: argparse.Namespace) -> int:
+    sweep_dir, out = sweep_dir_of(args.sweep, args.overrides), console()
+    done = flush(current_records(sweep_dir))
+    for cell in done:
+        out.print(cell.line(), soft_wrap=True)
+    left = sum(cell.after for cell in done)
+    out.print(f"{sweep_dir.name}: {sum(c.before - c.after for c in done)} event(s) delivered from {len(done)} "
+              f"cell(s); {left} left undelivered" if done else f"{sweep_dir.name}: nothing undelivered")
+    return 1 if left else 0
 
 
 def run_import(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from orchestrator.launch.ledger import Ledger, apply_slurm_states
 from orchestrator.status import outcomes
 from record.errors import UserError
 from record.rundir import RunDir, read_json
+from record.tracker_buffer import OfflineBuffer
 
 
 def current_records(sweep_dir: Path) -> dict[str, dict]:
@@ -71,7 +72,20 @@ def run_dir_facts(run_dir: Path) -> dict:
     kept = [read_json(path) for path in run.evaluations()]
     facts["evals"] = outcomes.evaluations([k for k in kept if k], (read_json(run.eval_result) or {}).get("result"))
     facts["eval"] = outcomes.merged_eval(facts["evals"])
+    facts["undelivered"] = undelivered(run_dir)
     return facts
+
+
+def undelivered(run_dir: Path) -> int:
+    """Events the cell's jobs buffered (record/tracker_buffer.py: the store did not answer) that no replay has
+    delivered yet; 0 without a buffer (one stat). `orchestrate tracking flush` delivers them."""
+    run = RunDir(run_dir)
+    try:
+        if not run.tracking_buffer.stat().st_size:
+            return 0
+    except OSError:
+        return 0
+    return len(OfflineBuffer(run))
 
 
 def cell_rows(records: dict[str, dict]) -> list[dict]:

@@ -173,6 +173,9 @@ def cell_row(record: dict, facts: dict) -> dict:
         reasons.append(facts.get("verdict_reason"))
     if job and job["state"] == "PENDING" and job.get("reason") not in (None, "", "None"):
         reasons.append(pending_reason(job["reason"]))
+    if facts.get("undelivered"):
+        reasons.append(f"{facts['undelivered']} tracking event(s) not delivered to the store yet "
+                       f"(orchestrate tracking flush)")
     return {"run_key": record["run_key"], "name": record["name"], "axes": record["axes"],
             "config": config_label(record["axes"]), "state": cell_status(record),
             "train_attempts": len(attempts(record, "train")), "eval_attempts": len(attempts(record, "eval")),
