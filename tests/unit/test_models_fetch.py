@@ -1,0 +1,86 @@
+"""`orchestrate models fetch` (orchestrator/cluster/fetch.py): what can be tested without a hub. A cached model is
+found offline, a local directory is checked whole, a gated or unreachable model says what to do, and a model
+fetched into a directory of its own is the same model as its hub id for a cell's identity."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import huggingface_hub
+from huggingface_hub import constants as hf_constants
+from huggingface_hub.errors import GatedRepoError
+
+from orchestrator.cluster.fetch import fetch_models
+from record.weights import model_identity
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def checkpoint(path: Path, tokenizer: bool = True) -> Path:
+    path.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", *(["tokenizer.json"] if tokenizer else [])):
+        (path / name).write_text("{}")
+    return path
+
+
+def test_cached_local_and_missing_models_each_say_what_they_are(tmp_path, monkeypatch):
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    repo = tmp_path / "hub" / "models--Org--Cached"
+    checkpoint(repo / "snapshots" / "r1")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("r1")
+    whole, half = checkpoint(tmp_path / "whole"), checkpoint(tmp_path / "half", tokenizer=False)
+    got = fetch_models(["Org/Cached", str(whole), str(half), "Org/Absent", "Org/Cached"], say=lambda _: None)
+    assert [(f.model, f.path is not None) for f in got] == [("Org/Cached", True), (str(whole), True),
+                                                            (str(half), False), ("Org/Absent", False)]
+    assert got[0].said == "already in the Hugging Face cache" and "lacking tokenizer" in got[2].said
+    assert "run this on a login node that reaches the hub" in got[3].said
+
+
+def test_a_gated_model_says_how_to_get_access(tmp_path, monkeypatch):
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+    def gated(*args, **kwargs):
+        error = GatedRepoError.__new__(GatedRepoError)  # what the hub answers for a gated model, without a hub
+        Exception.__init__(error, "401 Client Error: access to model is restricted")
+        raise error
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", gated)
+    [got] = fetch_models(["meta-llama/Llama-3.1-8B-Instruct"], say=lambda _: None)
+    assert got.path is None and "accept its licence at https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct" in \
+        got.said and "huggingface-cli login" in got.said
+
+
+def test_a_model_fetched_into_a_directory_is_its_hub_id_for_identity(tmp_path, monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    calls = []
+
+    def download(repo_id, allow_patterns, local_dir):  # what the hub client writes, without a hub
+        calls.append((repo_id, tuple(allow_patterns)))
+        for name in ("config.json", "tokenizer.json", "model.safetensors"):
+            (Path(local_dir) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(local_dir) / name).write_text('{"hidden_size": 8}')
+        return str(local_dir)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
+    lines: list[str] = []
+    [got] = fetch_models(["Qwen/Qwen2.5-7B"], into=tmp_path / "models", say=lines.append)
+    assert got.path == str(tmp_path / "models" / "Qwen--Qwen2.5-7B") and got.said == "downloaded"
+    assert model_identity(got.path) == model_identity("Qwen/Qwen2.5-7B") == "hub:Qwen/Qwen2.5-7B"
+    assert "*.safetensors" in calls[0][1] and "downloading" in lines[0]
+    [again] = fetch_models(["Qwen/Qwen2.5-7B"], into=tmp_path / "models", say=lines.append)
+    assert again.said == "already fetched" and len(calls) == 1
+
+
+def test_the_command_exits_2_naming_what_is_missing(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "HF_HUB_CACHE": str(tmp_path / "hub")}
+    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "models", "fetch", str(REPO / "sweeps" /
+                           "smoke.yaml"), "model.name_or_path=Org/Absent-1B"], cwd=tmp_path, capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Org/Absent-1B: HF_HUB_OFFLINE is set here" in done.stdout and "Traceback" not in done.stderr
