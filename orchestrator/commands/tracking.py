@@ -55,6 +55,8 @@ def register(subparsers) -> None:
     up.add_argument("--workers", type=int, help="the MLflow server's worker processes, 1..8 (default 4)")
     up.add_argument("--no-install", action="store_true",
                     help="never run apt-get: fail with how to install PostgreSQL when it is missing")
+    up.add_argument("--pg-bin", type=Path, metavar="DIR", help="PostgreSQL's bin directory (initdb, pg_ctl, "
+                    "postgres), e.g. a conda-forge install's, without root (default: Debian's, else those on PATH)")
     up.set_defaults(func=run_up)
     down = sub.add_parser("down", help="stop the MLflow server, then PostgreSQL (data stays)",
                           epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -99,7 +101,7 @@ def run_up(args: argparse.Namespace) -> int:
             raise UserError(f"--{name.replace('_', '-')} {value}: give "
                             + ("a port in 1..65535" if "port" in name else "1..8 workers"))
     state = up(args.data_dir, host=args.host, port=args.port, pg_port=args.pg_port, artifacts=args.artifacts,
-               auth=args.auth, workers=args.workers, install=not args.no_install,
+               auth=args.auth, workers=args.workers, install=not args.no_install, pg_bin=args.pg_bin,
                say=lambda line: out.print(line, soft_wrap=True))
     out.print(f"URI for jobs: {state.uri()}", soft_wrap=True)
     if state.auth:

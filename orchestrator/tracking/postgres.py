@@ -31,24 +31,48 @@ MAX_CONNECTIONS_PER_WORKER = 40
 INSTALL_HINT = "install Debian's package as root: apt-get install postgresql"
 
 
-def find_bin(root: Path = PG_ROOT) -> Path | None:
-    """The newest `<root>/<major>/bin` holding initdb, pg_ctl and postgres, or None."""
-    needed = ("initdb", "pg_ctl", "postgres")
-    found = [d / "bin" for d in root.glob("*") if all((d / "bin" / b).is_file() for b in needed)]
-    return max(found, key=lambda b: float(b.parent.name) if b.parent.name.replace(".", "").isdigit() else 0.0,
+NEEDED = ("initdb", "pg_ctl", "postgres")
+NO_ROOT_HINT = ("without root: `conda install -c conda-forge postgresql` (or mamba/micromamba) puts initdb, pg_ctl "
+                "and postgres on PATH; or give their directory with --pg-bin DIR")
+
+
+def find_bin(root: Path = PG_ROOT, path: str | None = None) -> Path | None:
+    """The newest `<root>/<major>/bin` holding initdb, pg_ctl and postgres (Debian's), else the directory on PATH
+    that holds all three (conda-forge's, installed without root), or None."""
+    found = [d / "bin" for d in root.glob("*") if all((d / "bin" / b).is_file() for b in NEEDED)]
+    best = max(found, key=lambda b: float(b.parent.name) if b.parent.name.replace(".", "").isdigit() else 0.0,
                default=None)
+    if best is not None:
+        return best
+    for directory in (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep):
+        if directory and given_bin_problem(Path(directory)) is None:
+            return Path(directory)
+    return None
 
 
-def ensure_installed(install: bool, log: Path, say, root: Path = PG_ROOT) -> Path:
-    """Debian's PostgreSQL binaries, installed with apt-get when missing and allowed (as root, like
-    slurm/local-cluster does); otherwise one message that says how to install them."""
+def given_bin_problem(directory: Path) -> str | None:
+    """What a PostgreSQL bin directory lacks, in words; None when it holds initdb, pg_ctl and postgres."""
+    missing = [b for b in NEEDED if not os.access(directory / b, os.X_OK)]
+    return f"{directory} has no executable {', '.join(missing)}" if missing else None
+
+
+def ensure_installed(install: bool, log: Path, say, root: Path = PG_ROOT, pg_bin: Path | None = None) -> Path:
+    """The PostgreSQL binaries: `pg_bin` when given, else Debian's or those on PATH (find_bin), else Debian's
+    installed with apt-get when allowed and root (like slurm/local-cluster does); otherwise one message that says
+    how to install them, with root or without."""
+    if pg_bin is not None:
+        problem = given_bin_problem(Path(pg_bin))
+        if problem:
+            raise UserError(f"--pg-bin: {problem}; give the directory holding PostgreSQL's initdb, pg_ctl and "
+                            f"postgres (`dirname $(which initdb)`)")
+        return Path(pg_bin).absolute()
     found = find_bin(root)
     if found is not None:
         return found
     if not install or os.geteuid() != 0:
         why = "--no-install was given" if not install else "installing it needs root"
-        raise UserError(f"PostgreSQL's server is not installed (no {root}/<version>/bin/postgres) and {why}; "
-                        f"{INSTALL_HINT}, then run this again")
+        raise UserError(f"PostgreSQL's server is not installed (no {root}/<version>/bin/postgres, no initdb on "
+                        f"PATH) and {why}; {NO_ROOT_HINT}; or {INSTALL_HINT}; then run this again")
     say(f"installing Debian's postgresql with apt-get (about a minute); log: {log}")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     apt = ["apt-get", "-q", "-y", "-o", "DPkg::Lock::Timeout=600"]

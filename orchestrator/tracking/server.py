@@ -115,7 +115,7 @@ def postgres_of(data_dir: Path, state: State) -> Postgres:
 
 def up(data_dir: Path, *, host: str | None = None, port: int | None = None, pg_port: int | None = None,
        artifacts: Path | None = None, auth: bool | None = None, workers: int | None = None, install: bool = True,
-       say=print, timeout_s: float = 180) -> State:
+       say=print, timeout_s: float = 180, pg_bin: Path | None = None) -> State:
     """Start what is not running (PostgreSQL, then the MLflow server) and return the state. Options left None
     keep what the data directory's state says (or the defaults); changing them on a running server is refused."""
     data_dir = data_dir.absolute()
@@ -139,7 +139,7 @@ def up(data_dir: Path, *, host: str | None = None, port: int | None = None, pg_p
     if not mlflow_alive(state):  # before anything is made: a taken port costs the user nothing
         port_free_or_fail(state.port, state.host, "the MLflow server", "--port")
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o711)  # 711: as root, `postgres` must enter it
-    state.pg_bin = str(ensure_installed(install, data_dir / "logs" / "apt.log", say))
+    state.pg_bin = str(ensure_installed(install, data_dir / "logs" / "apt.log", say, pg_bin=pg_bin))
     pg = postgres_of(data_dir, state)
     pg.check_reachable()
     if not pg.initialised():

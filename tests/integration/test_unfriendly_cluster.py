@@ -275,3 +275,37 @@ def test_a_cell_the_watcher_resubmits_gets_its_first_launchs_environment(tmp_pat
         assert first["omp_num_threads"] == "1" and first["env"]["PYTHONPATH"] == first["env"]["COMEDY_CODE"]
     finally:
         cancel_named(name)
+
+
+def test_tracking_up_without_root_serves_from_the_postgresql_it_is_given(user, workspace, site_python):
+    """`orchestrate tracking up` as the unprivileged user, PostgreSQL's binaries named with --pg-bin (as a
+    conda-forge install would give them): the server starts, takes a metric over HTTP, and stops."""
+    from mlflow import MlflowClient  # noqa: PLC0415 - mlflow: only this test talks to the server
+
+    from orchestrator.tracking.postgres import find_bin, free_port  # noqa: PLC0415
+
+    pg_bin = find_bin()
+    if pg_bin is None:
+        pytest.skip("no PostgreSQL binaries on this machine to hand to --pg-bin")
+    chown(workspace, user)
+    env = {"HOME": user.pw_dir, "PYTHONPATH": str(REPO)}
+    tracking = workspace / "tracking"
+    command = [str(site_python), "-m", "orchestrator.cli", "tracking"]
+    try:
+        up = as_user(user, [*command, "up", "--data-dir", str(tracking), "--port", str(free_port()), "--pg-bin",
+                            str(pg_bin), "--no-install", "--workers", "1"], cwd=workspace, env=env)
+        assert up.returncode == 0, up.stdout + up.stderr
+        uri = as_user(user, [*command, "status", "--data-dir", str(tracking), "--uri"], cwd=workspace,
+                      env=env).stdout.strip()
+        assert uri.startswith("http://"), uri
+        client = MlflowClient(uri)
+        run = client.create_run(client.create_experiment(f"unfriendly-{uuid.uuid4().hex[:6]}")).info.run_id
+        client.log_metric(run, "train/loss", 1.0, step=0)
+        assert [m.step for m in client.get_metric_history(run, "train/loss")] == [0]
+        postgres = [p for p in Path("/proc").iterdir() if p.name.isdigit() and (p / "comm").exists()
+                    and (p / "comm").read_text().strip() == "postgres"]
+        owners = {p.stat().st_uid for p in postgres if str(tracking) in (p / "cmdline").read_text(errors="replace")
+                  .replace("\0", " ")}
+        assert owners == {user.pw_uid}, owners  # run by the user, not root
+    finally:
+        as_user(user, [*command, "down", "--data-dir", str(tracking)], cwd=workspace, env=env)

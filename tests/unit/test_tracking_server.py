@@ -9,11 +9,35 @@ from orchestrator.tracking.server import State, check_data_dir, exposure_note, m
 from record.errors import UserError
 
 
-def test_missing_postgres_says_how_to_install_it(tmp_path):
+def test_missing_postgres_says_how_to_install_it_with_root_or_without(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no initdb on PATH either
     with pytest.raises(UserError) as err:
         ensure_installed(False, tmp_path / "apt.log", print, root=tmp_path / "no-postgresql")
     assert "apt-get install postgresql" in str(err.value) and "\n" not in str(err.value)
+    assert "conda install -c conda-forge postgresql" in str(err.value) and "--pg-bin DIR" in str(err.value)
     assert not (tmp_path / "apt.log").exists()
+
+
+def fake_bin(directory, names=("initdb", "pg_ctl", "postgres")):
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        (directory / name).write_text("#!/bin/sh\n")
+        (directory / name).chmod(0o755)
+    return directory
+
+
+def test_postgres_on_path_or_given_is_used_without_root(tmp_path, monkeypatch):
+    """conda-forge's PostgreSQL (on PATH, installed by the user) when Debian's is absent; --pg-bin wins; a
+    directory lacking a binary is one message naming it."""
+    conda = fake_bin(tmp_path / "conda" / "bin")
+    fake_bin(tmp_path / "half", ("initdb",))
+    monkeypatch.setenv("PATH", f"{tmp_path / 'half'}:{conda}")
+    assert find_bin(tmp_path / "no-debian") == conda  # the first directory holding all three
+    assert ensure_installed(False, tmp_path / "a.log", print, root=tmp_path / "no-debian") == conda
+    given = fake_bin(tmp_path / "given")
+    assert ensure_installed(False, tmp_path / "a.log", print, root=tmp_path, pg_bin=given) == given
+    with pytest.raises(UserError, match=r"--pg-bin: .*half has no executable pg_ctl, postgres"):
+        ensure_installed(False, tmp_path / "a.log", print, pg_bin=tmp_path / "half")
 
 
 def test_the_newest_debian_postgres_is_used(tmp_path):
