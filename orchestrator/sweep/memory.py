@@ -1,11 +1,25 @@
 """The memory plans of a sweep: per distinct model and memory setting of its cells, the training job's estimated
 peak per GPU and the evaluation job's host and GPU memory (trainer/memory_plan.py), against the profile's
 `gpu_mem_gb` and eval `mem_gb`. `orchestrate validate` and the sweep's dry run print them; validate and a
-submission refuse a plan that does not fit, naming the knob to turn. Pure: nothing is read but the sweep."""
+submission refuse a plan that does not fit, naming the knob to turn. Beside them, the evaluation's time: its
+largest task, whose samples at the token cap must fit the eval job's time limit (one lm-eval call per task: a
+limit loses at most that task, and a task longer than a job would start over every time), a warning when they may
+not. Pure: nothing is read but the sweep and the task
+files.
+
+The time is an estimate, never measured (no GPU has run this project): vLLM decodes as many samples at once as
+the KV cache holds (at most 256, its max_num_seqs), one token each per decode step of ~EVAL_DECODE_STEP_S for a 4-8B
+model on one A100 (its bf16 weights read once a step, ~10 ms, plus attention over long contexts), every sample
+running to eval.max_tokens: the worst case."""
 
 from __future__ import annotations
 
+from eval import local_data, taskfiles
 from trainer.memory_plan import EvalPlan, MemoryPlan, eval_plan, plan
+
+EVAL_DECODE_STEP_S = 0.03  # one decode step of a full batch, 4-8B model, one A100: an estimate (the docstring)
+VLLM_MAX_SEQS = 256        # vLLM's default max_num_seqs
+DEFAULT_ROWS = 500         # a task whose data size is set at prepare time (countdown_heldout: 500)
 
 
 def memory_plans(sweep) -> list[MemoryPlan]:
@@ -40,4 +54,38 @@ def plan_report(sweep) -> tuple[list[str], list[str]]:
     for planned in [*memory_plans(sweep), *eval_plans(sweep)]:
         lines += planned.lines()
         problems += [planned.problem()] if planned.problem() else []
-    return lines, problems
+    return lines + eval_time_lines(sweep), problems
+
+
+def eval_time_lines(sweep) -> list[str]:
+    """Per evaluation plan, its largest task's worst-case hours against the eval job's time limit; a warning line
+    (starting 'warning:') when they exceed it. Nothing where the profile states no gpu_mem_gb (no vLLM share)."""
+    lines, seen = [], set()
+    limit_h = sweep.profile.eval.time_min / 60
+    for cell in sweep.cells:
+        c = cell.config
+        planned = eval_plan(c, sweep.profile.eval.mem_gb, sweep.profile.gpu_mem_gb)
+        key = (c.model.name_or_path, c.eval.tasks, c.eval.k, c.eval.max_tokens, c.eval.limit)
+        if planned is None or not sweep.profile.gpu_mem_gb or key in seen:
+            continue
+        seen.add(key)
+        rows = {t: _rows(t, c.eval.limit) for t in c.eval.tasks}
+        task = max(rows, key=rows.get)
+        samples = rows[task] * c.eval.k
+        per_s = min(max(planned.kv_tokens // max(planned.seq_tokens, 1), 1), VLLM_MAX_SEQS) / EVAL_DECODE_STEP_S
+        hours = samples * c.eval.max_tokens / per_s / 3600
+        lines.append(f"evaluation time {planned.model} (estimated, every sample at the cap): largest task {task}, "
+                     f"{samples:,} samples x {c.eval.max_tokens:,} tokens, ~{hours:.1f} h at ~{per_s:,.0f} tokens/s; "
+                     f"the eval job's limit {limit_h:g} h")
+        if hours > limit_h:
+            lines.append(f"warning: {planned.model}'s {task} may not finish within one eval job ({limit_h:g} h) if "
+                         f"its samples run to {c.eval.max_tokens} tokens: a task is one lm-eval call, and one cut by "
+                         f"the time limit starts over; raise eval time_min in the Slurm profile or lower "
+                         f"eval.max_tokens")
+    return lines
+
+
+def _rows(task: str, limit: int | None) -> int:
+    spec = local_data.SPECS.get(taskfiles.data_file(task).removesuffix(".jsonl"))
+    rows = (spec.rows if spec is not None else None) or DEFAULT_ROWS
+    return min(rows, limit) if limit else rows

@@ -60,3 +60,13 @@ def test_the_dry_run_prints_the_plan_and_says_the_submission_would_stop():
     assert out.returncode == 0, out.stderr[-2000:]
     assert "evaluation Qwen/Qwen2.5-7B (estimated): host 25.4 of 32 GB" in text, text[-3000:]
     assert "a submission would stop here: memory: Qwen/Qwen2.5-7B needs ~46 GB per GPU, the GPU has 40" in text
+
+
+def test_the_evaluations_largest_task_is_timed_against_the_eval_jobs_limit():
+    lines, problems = plan_report(load_sweep(REPO / "sweeps/onpolicy.yaml", []))
+    timed = [line for line in lines if line.startswith("evaluation time")]
+    assert len(timed) == 2 and all("largest task math500, 16,000 samples x 4,096 tokens" in t for t in timed), timed
+    assert "~3.2 h at ~5,633 tokens/s; the eval job's limit 4 h" in timed[0]  # Qwen2.5-7B: fits at the cap
+    warned = [line for line in lines if line.startswith("warning:")]
+    assert len(warned) == 1 and warned[0].startswith("warning: meta-llama/Llama-3.1-8B-Instruct's math500 may not")
+    assert problems == []  # a warning, not a refusal: the cap is the worst case
