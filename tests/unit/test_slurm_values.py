@@ -310,7 +310,8 @@ def check_script(script: str, sweep, group) -> None:
     base_lines, base_directives = BASE_SHAPE[group.kind]
     assert len(lines) == base_lines - base_directives + len(directives)  # no line of its own from a value
     code = shlex.split(next(ln for ln in lines if ln.startswith("export COMEDY_CODE=")))
-    assert code == ["export", f"COMEDY_CODE={Path(spec.output_root).absolute() / spec.name / 'code' / '<content hash>'}"]
+    snapshot = Path(spec.output_root).absolute() / spec.name / "code" / "<content hash>"
+    assert code == ["export", f"COMEDY_CODE={snapshot}"]
 
 
 def render_all(sweep) -> list:
