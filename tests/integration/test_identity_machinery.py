@@ -22,7 +22,7 @@ MACHINERY = {"one": ({"every": 100, "keep_last": 2}, 0.3),
 def test_runs_that_differ_only_in_machinery_log_the_same_training(tmp_path, engine):
     histories, keys = {}, set()
     for name, (checkpoint, share) in MACHINERY.items():
-        d = config_dict(tmp_path / name, KL, optim={"steps": 3, "batch_prompts": 4, "minibatch_prompts": 4,
+        d = config_dict(tmp_path / name, KL, optim={"steps": 2, "batch_prompts": 4, "minibatch_prompts": 4,
                                                     "lr": 5.0e-3},
                         checkpoint=checkpoint, rollout={"engine": engine, "gpu_memory_utilization": share})
         (tmp_path / name).mkdir(parents=True)
@@ -39,4 +39,4 @@ def test_runs_that_differ_only_in_machinery_log_the_same_training(tmp_path, engi
         assert one[key] == other[key], f"{key} differs with other machinery"
     assert max(v for _, v in one["train/kl_k3"]) > 0  # the policy moved: the comparison is not vacuous
     saved = sorted(p.name for p in (tmp_path / "other" / "run" / "checkpoints").glob("step_*"))
-    assert saved == ["step_000003"]  # the other machinery really ran: a checkpoint a step, one kept
+    assert saved == ["step_000002"]  # the other machinery really ran: a checkpoint a step, one kept
