@@ -67,33 +67,53 @@ def build_tools_in(workdir: str) -> list[str]:
 
 
 
-FREEZER = Path("/sys/fs/cgroup/freezer")  # cgroup v1, as on this machine
+# The cgroup freezer: v1's hierarchy (this machine), or a v2 (unified) one with cgroup.freeze.
+FREEZERS = (Path("/sys/fs/cgroup/freezer"), Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified"))
+
+
+def _freezer() -> tuple[Path, str, str, str] | None:
+    """(hierarchy, control file, freeze value, thaw value) of the first freezer found."""
+    for root in FREEZERS:
+        if root.name == "freezer" and (root / "cgroup.procs").exists():
+            return root, "freezer.state", "FROZEN", "THAWED"
+        if (root / "cgroup.subtree_control").exists() and (root / "cgroup.procs").exists():
+            return root, "cgroup.freeze", "1", "0"
+    return None
 
 
 @contextlib.contextmanager
 def hung(pids: list[int]):
     """The processes frozen by the cgroup freezer: a hung job, which no signal wakes (SIGSTOP does not do: Slurm's
     SIGCONT at the time limit resumes it, with the warning signal pending). Signals stay pending until the group
-    is thawed, always on leaving (frozen past Slurm's UnkillableStepTimeout, 60 s, the node would be drained)."""
-    if not (FREEZER / "cgroup.procs").exists():
-        pytest.skip(f"no cgroup v1 freezer at {FREEZER}: cannot hang a job")
-    group = FREEZER / f"comedy-fault-{uuid.uuid4().hex[:8]}"
+    is thawed, always on leaving (frozen past Slurm's UnkillableStepTimeout, 60 s, the node would be drained);
+    under cgroup v2 a SIGKILL ends a frozen process at once."""
+    found = _freezer()
+    if found is None:
+        pytest.skip(f"no cgroup freezer under {', '.join(map(str, FREEZERS))}: cannot hang a job")
+    root, control, frozen, thawed = found
+    group = root / f"comedy-fault-{uuid.uuid4().hex[:8]}"
     group.mkdir()
     try:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, OSError):
                 (group / "cgroup.procs").write_text(str(pid))
-        (group / "freezer.state").write_text("FROZEN")
-        while (group / "freezer.state").read_text().strip() != "FROZEN":
+        (group / control).write_text(frozen)
+        while not _is_frozen(group, control):
             time.sleep(0.05)
         yield group
     finally:
-        (group / "freezer.state").write_text("THAWED")
+        (group / control).write_text(thawed)
         deadline = time.monotonic() + 30
         while (group / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
             time.sleep(0.1)  # the thawed processes die of their pending SIGKILL
         with contextlib.suppress(OSError):
             group.rmdir()
+
+
+def _is_frozen(group: Path, control: str) -> bool:
+    if control == "freezer.state":
+        return (group / control).read_text().strip() == "FROZEN"
+    return "frozen 1" in (group / "cgroup.events").read_text() or not (group / "cgroup.procs").read_text().strip()
 
 
 def wait_until_killed(pids: list[int], timeout_s: float = 300.0) -> None:
@@ -107,7 +127,8 @@ def wait_until_killed(pids: list[int], timeout_s: float = 300.0) -> None:
             except OSError:
                 continue
             masks = [int(line.split(":")[1], 16) for line in status if line.startswith(("SigPnd", "ShdPnd"))]
-            if not any(m & (1 << (signal.SIGKILL - 1)) for m in masks):
+            dead = any(line.startswith("State:") and "Z" in line.split()[1] for line in status)  # cgroup v2
+            if not dead and not any(m & (1 << (signal.SIGKILL - 1)) for m in masks):
                 waiting.append(pid)
         if not waiting:
             return
