@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from record.errors import UserError
-from record.tracker import default_tracking_uri, ensure_store
+from record.tracker import default_tracking_uri
+from record.tracker_store import ensure_store
 
 FIX = ("start the server (`orchestrate tracking up --data-dir DIR`; `orchestrate tracking status` prints its URI) "
        "or fix the URI: tracking.tracking_uri in the sweep, tracking_uri in the Slurm profile, or MLFLOW_TRACKING_URI")
