@@ -282,11 +282,11 @@ def test_tracking_up_without_root_serves_from_the_postgresql_it_is_given(user, w
     conda-forge install would give them): the server starts, takes a metric over HTTP, and stops."""
     from mlflow import MlflowClient  # noqa: PLC0415 - mlflow: only this test talks to the server
 
-    from orchestrator.tracking.postgres import find_bin, free_port  # noqa: PLC0415
+    from orchestrator.tracking.postgres import ensure_installed, free_port  # noqa: PLC0415
 
-    pg_bin = find_bin()
-    if pg_bin is None:
-        pytest.skip("no PostgreSQL binaries on this machine to hand to --pg-bin")
+    # Root (the fixture `user` needs it) installs Debian's PostgreSQL on a fresh machine, as `tracking up` would;
+    # the unprivileged user is then handed its binaries, as a conda-forge install would give them.
+    pg_bin = ensure_installed(True, workspace / "pg-install.log", lambda line: None)
     chown(workspace, user)
     env = {"HOME": user.pw_dir, "PYTHONPATH": str(REPO)}
     tracking = workspace / "tracking"
