@@ -20,13 +20,12 @@ its test split; an inferred choice, recorded in the task YAMLs and docs/evaluati
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from record.rundir import atomic_write
+from record.rundir import atomic_write, sha256_file
 from trainer import tiny_task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,14 +69,6 @@ def default_data_dir() -> Path:
     """$COMEDY_DATA, else <repo>/data."""
     env = os.environ.get("COMEDY_DATA")
     return Path(env) if env else REPO / "data"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def tiny_rows(name: str) -> list[dict]:

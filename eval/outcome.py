@@ -18,10 +18,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from eval import local_data, taskfiles
+from eval import taskfiles
 from eval.answers import grade
 from record.keys import eval_metric_keys
-from record.rundir import RunDir, atomic_write, tag_for
+from record.rundir import RunDir, atomic_write, sha256_file, tag_for
 from record.tracker import MlflowTracker, default_tracking_uri
 from record.tracker_keys import CLOSE_STATUSES
 
@@ -54,7 +54,7 @@ def marker(root: Path, task: str, settings: Settings, data_file: Path) -> dict |
     except (OSError, json.JSONDecodeError):
         return None
     same = mark.get("settings") == settings.record()
-    return mark if same and mark.get("data_sha256") == local_data.sha256_file(data_file) else None
+    return mark if same and mark.get("data_sha256") == sha256_file(data_file) else None
 
 
 def seed_file(root: Path, task: str, seed: int, kind: str) -> Path:
@@ -67,7 +67,7 @@ def seed_result(root, task, seed, settings, data_file) -> dict | None:
     except (OSError, json.JSONDecodeError):
         return None
     same = saved.get("settings") == settings.record()
-    return saved["metrics"] if same and saved.get("data_sha256") == local_data.sha256_file(data_file) else None
+    return saved["metrics"] if same and saved.get("data_sha256") == sha256_file(data_file) else None
 
 
 def save_seed(root, task, seed, out, settings, data_file, seconds) -> dict:
@@ -92,7 +92,7 @@ def save_seed(root, task, seed, out, settings, data_file, seconds) -> dict:
     samples_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(samples_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     record = {"task": task, "seed": seed, "metrics": metrics, "lm_eval": reported, "seconds": round(seconds, 2),
-              "settings": settings.record(), "data_sha256": local_data.sha256_file(data_file)}
+              "settings": settings.record(), "data_sha256": sha256_file(data_file)}
     atomic_write(seed_file(root, task, seed, "results.json"), json.dumps(record, indent=1, default=str))
     return metrics
 
@@ -119,7 +119,7 @@ def log_to_run(target, cfg, tasks, per_seed, settings, step, home: RunDir, files
                     tracker.log_artifact(seed_file(root, task, seed, kind), f"eval/{tag_for(step)}/{task}")
             tracker.log_artifact(root / "tasks" / f"{task}.yaml", f"eval/{tag_for(step)}/{task}")
             mark = {"task": task, "step": step, "metrics": metrics, "per_seed": {str(s): r for s, r in seeds.items()},
-                    "settings": settings.record(), "data_sha256": local_data.sha256_file(files[task]),
+                    "settings": settings.record(), "data_sha256": sha256_file(files[task]),
                     "model_dir": str(model_dir), "run_key": target.run_key, "finished_unix": int(time.time()),
                     "pid": os.getpid()}
             atomic_write(root / f"{task}.done.json", json.dumps(mark, indent=1, sort_keys=True))

@@ -61,9 +61,17 @@ def run_key(config) -> str:
 
 
 def eval_id(config) -> str:
-    """The evaluation's part of its identity (the run_key is the rest): a hash of the fields that evaluate."""
-    text = canonical_json(identity_dict(config, fields_table.EVALUATES))
-    return hashlib.sha256(text.encode()).hexdigest()[:KEY_HEX]
+    """The evaluation's part of its identity (the run_key is the rest): a hash of the fields that evaluate (all in
+    the `eval` section: a RunConfig's is hashed once per distinct section, as a sweep's cells share it)."""
+    if is_dataclass(config):
+        return _eval_id(config.eval)
+    return hashlib.sha256(canonical_json(identity_dict(config, fields_table.EVALUATES)).encode()).hexdigest()[:KEY_HEX]
+
+
+@functools.lru_cache(maxsize=1024)
+def _eval_id(section) -> str:
+    values = _section("eval", {f.name: getattr(section, f.name) for f in fields(section)}, fields_table.EVALUATES)
+    return hashlib.sha256(canonical_json({"eval": values}).encode()).hexdigest()[:KEY_HEX]
 
 
 def legacy_run_key(config) -> str:

@@ -27,6 +27,7 @@ directory lives outside this module (docs/architecture.md).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -53,6 +54,15 @@ def atomic_write(path: str | os.PathLike, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The file's sha256 (hex), read a MiB at a time: what names a dataset's or a model file's content."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_json(path: Path) -> dict | None:

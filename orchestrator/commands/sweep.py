@@ -28,7 +28,8 @@ from orchestrator.launch.adopt import adopt, legacy_identities
 from orchestrator.launch.baselines import wait_baselines
 from orchestrator.launch.costs import costs, disk_problem, free_space
 from orchestrator.launch.costs import lines as cost_lines
-from orchestrator.launch.fingerprints import changed_in, said
+from orchestrator.launch.fingerprints import changed_cells, said
+from orchestrator.launch.ledger import Ledger
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import Plan, make_plan, summary_lines
 from orchestrator.launch.submit import launch
@@ -100,11 +101,14 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--signal-delay {args.signal_delay}: give seconds in [{low}, {high}] ({why}); the jobs get "
                         f"the warning signal that many seconds before their time limit")
     sweep = load_sweep(args.sweep, args.overrides)
-    adopted = legacy_identities(Path(sweep.spec.output_root) / sweep.name)
+    # The ledger as it stands (read again under the lock to submit): what earlier launches trained and how.
+    ledger = Ledger(Path(sweep.spec.output_root) / sweep.name)
+    before = ledger.records() if ledger.exists() else {}
+    adopted = legacy_identities(before)
     sweep = adopt(sweep, adopted)
     plan = make_plan(sweep)
     out = console()
-    changed = changed_in(sweep, Path(sweep.spec.output_root) / sweep.name)
+    changed = changed_cells(sweep, before)
     sweep, resolver = resolve_paths(sweep)
     for line in said(changed, args.rerun_changed):
         out.print(line, soft_wrap=True, style="bold red" if changed and not args.rerun_changed else None)

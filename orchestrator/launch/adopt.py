@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.launch.ledger import IDENTITY, Ledger
+from orchestrator.launch.ledger import IDENTITY
 from orchestrator.sweep.expand import Sweep
 from record.errors import ConfigError
 from record.identity import eval_id, run_key
@@ -35,13 +35,10 @@ class Adopted:
         return len(self.found)
 
 
-def legacy_identities(sweep_dir: Path) -> Adopted:
-    """Every record of the sweep's ledger written before identity version 2, with what its config.yaml says."""
-    ledger = Ledger(sweep_dir)
-    if not ledger.exists():
-        return Adopted({})
+def legacy_identities(records: dict[str, dict]) -> Adopted:
+    """Every ledger record written before identity version 2, with what its config.yaml says."""
     found = {}
-    for key, record in ledger.records().items():
+    for key, record in records.items():
         if record.get("training_key"):  # recognised by an earlier relaunch
             found[key] = (record["training_key"], record.get("eval_id") or "")
             continue

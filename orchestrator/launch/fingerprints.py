@@ -17,7 +17,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.launch.ledger import Ledger, latest
+from orchestrator.launch.ledger import latest
 from orchestrator.sweep.expand import Sweep
 from record.rundir import RunDir, read_json
 from record.tracker_retire import retire_run
@@ -64,12 +64,6 @@ def changed_cells(sweep: Sweep, records: dict[str, dict]) -> list[Changed]:
         if recorded.get("hash") != expected[settings]:
             out.append(Changed(key, cell.name, str(recorded.get("hash")), expected[settings], objective.get("code")))
     return out
-
-
-def changed_in(sweep: Sweep, sweep_dir: Path) -> list[Changed]:
-    """`changed_cells` of the sweep's ledger as it is now (nothing when it was never launched)."""
-    ledger = Ledger(sweep_dir)
-    return changed_cells(sweep, ledger.records()) if ledger.exists() else []
 
 
 def said(changed: list[Changed], rerun: bool) -> list[str]:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.probe_sweep import fresh_sweep
+
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_CLUSTER = REPO / "slurm" / "local-cluster"
 # A fresh machine first installs the apt packages: about half a minute here, longer on a slow mirror.
@@ -67,3 +69,10 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     cluster up, and on a machine where Slurm was never installed it met no `sbatch` (issue 33)."""
     if item.get_closest_marker("slurm"):
         bring_up()
+
+
+@pytest.fixture
+def sweep_args(tmp_path):
+    """(name, arguments, sweep dir) of a fresh 2-cell probe sweep under tmp_path (tests/support/probe_sweep.py);
+    its jobs, and its watcher jobs, cancelled afterwards."""
+    yield from fresh_sweep(tmp_path)

@@ -9,8 +9,7 @@ import pytest
 import yaml
 
 from record.identity import run_key
-from tests.integration.test_resume import ENGINES, _metrics, _train
-from tests.support.trainer_run import config_dict
+from tests.support.trainer_run import ENGINES, config_dict, metric_histories, train_process
 
 pytestmark = pytest.mark.slow
 KL = {"estimator": "k3", "placement": "loss", "beta": 0.5}
@@ -29,9 +28,9 @@ def test_runs_that_differ_only_in_machinery_log_the_same_training(tmp_path, engi
         config = tmp_path / name / "config.yaml"
         config.write_text(yaml.safe_dump(d))
         keys.add(run_key(d))
-        done = _train(config, tmp_path / name / "run")
+        done = train_process(config, tmp_path / name / "run")
         assert done.wait(timeout=600) == 0, done.stdout.read()
-        histories[name] = _metrics(tmp_path / name / "mlflow.db")
+        histories[name] = metric_histories(tmp_path / name / "mlflow.db")
     assert len(keys) == 1  # one cell: a relaunch with the other machinery submits nothing
     one, other = histories["one"], histories["other"]
     assert set(one) == set(other) and "train/kl_k3" in one

@@ -6,7 +6,6 @@ what the orchestrator submits; the real evaluation's side of the seam is tests/i
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import pytest
@@ -15,21 +14,9 @@ import yaml
 from orchestrator.launch.ledger import Ledger, attempts
 from orchestrator.sweep.expand import load_sweep
 from record.rundir import RunDir
-from tests.integration.test_submission_cli import PROBE, SMALL, orchestrate, probes
-from tests.support.slurm_queue import cancel_named
+from tests.support.probe_sweep import PROBE, orchestrate, probes
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def sweep_args(tmp_path):
-    name = f"i{uuid.uuid4().hex[:8]}"
-    args = [str(REPO / "sweeps" / "smoke.yaml"), f"sweep.name={name}", f"sweep.output_root={tmp_path}", *SMALL]
-    yield name, args, tmp_path / name
-    cancel_named(name)
-
-
 def relaunch(args: list[str], cwd: Path, *changes: str) -> str:
     done = orchestrate("sweep", *args, *changes, *PROBE, "--no-watcher", cwd=cwd)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -21,6 +21,7 @@ import torch
 
 from record.weights import model_identity
 from tests.support.real_model import smollm2_dir
+from tests.support.zero3_vllm import zero3_with_vllm
 from trainer import vllm_support
 
 pytestmark = [pytest.mark.slow,
@@ -34,28 +35,12 @@ SHORT = ["What is the capital of France? Answer in one word.", "Say hello.", "Re
 
 @pytest.fixture(scope="module")
 def engines():
-    import deepspeed
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from trainer import distributed
     from trainer.rollout_hf import HFEngine
-    from trainer.rollout_vllm import VLLMEngine
-    from trainer.train import CACHE
 
     path = str(smollm2_dir())
-    tok = AutoTokenizer.from_pretrained(path)
-    distributed.init(CACHE)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    distributed.hook_whole_layers(model)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-4),
-                                      config=distributed.deepspeed_config(bf16=False, grad_clip=None,
-                                                                          micro_batches=1,
-                                                                          memory_efficient_linear=False))
-    vllm = VLLMEngine(engine.module, tok, path, dtype=torch.float32, seed=0, max_model_len=128)
-    yield {"tok": tok, "ds": engine, "hf": HFEngine(engine.module, tok, ds_engine=engine), "vllm": vllm,
-           "path": path}
-    vllm.close()
-    distributed.teardown()
+    with zero3_with_vllm(path, lr=1e-4, max_model_len=128) as (engine, tok, vllm):
+        yield {"tok": tok, "ds": engine, "hf": HFEngine(engine.module, tok, ds_engine=engine), "vllm": vllm,
+               "path": path}
 
 
 def _chat_ids(tok, questions: list[str]) -> list[list[int]]:

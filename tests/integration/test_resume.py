@@ -7,22 +7,15 @@ new engine from the base model and must sync the restored weights into it before
 """
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 import yaml
 
-from tests.support.trainer_run import config_dict
-from trainer import vllm_support
+from tests.support.trainer_run import ENGINES, config_dict, metric_histories, train_process
 
 pytestmark = pytest.mark.slow
-ENGINES = ["hf", pytest.param("vllm", marks=pytest.mark.skipif(not vllm_support.installed(),
-                                                               reason="vLLM is not installed (make setup)"))]
-
 KL = {"estimator": "k1", "placement": "reward+loss", "beta": 0.5}
 STEPS = 6
 
@@ -37,31 +30,13 @@ def _config(tmp_path, name, engine):
     return path
 
 
-def _train(config, run_dir) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "train", str(config), "--run-dir",
-                             str(run_dir), "--micro-groups", "1"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-
-
-def _metrics(db):
-    from mlflow import MlflowClient
-
-    client = MlflowClient(f"sqlite:///{db}")
-    exp = client.get_experiment_by_name("trainer-tests")
-    (run,) = client.search_runs([exp.experiment_id])
-    return {k: [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, k),
-                                                  key=lambda m: m.step)]
-            for k in run.data.metrics if not k.startswith("perf/")}
-
-
 @pytest.mark.parametrize("engine", ENGINES)
 def test_sigkill_then_resume_logs_the_same_metrics_once(tmp_path, engine):
     ref_cfg, cut_cfg = _config(tmp_path, "ref", engine), _config(tmp_path, "cut", engine)
-    ref = _train(ref_cfg, tmp_path / "ref" / "run")
+    ref = train_process(ref_cfg, tmp_path / "ref" / "run")
     assert ref.wait(timeout=600) == 0, ref.stdout.read()
 
-    cut = _train(cut_cfg, tmp_path / "cut" / "run")
+    cut = train_process(cut_cfg, tmp_path / "cut" / "run")
     latest = tmp_path / "cut" / "run" / "checkpoints" / "latest.json"
     deadline = time.time() + 600
     while not (latest.exists() and json.loads(latest.read_text())["step"] >= 2):
@@ -73,10 +48,10 @@ def test_sigkill_then_resume_logs_the_same_metrics_once(tmp_path, engine):
     killed_at = json.loads(latest.read_text())["step"]
     assert killed_at < STEPS
 
-    resumed = _train(cut_cfg, tmp_path / "cut" / "run")
+    resumed = train_process(cut_cfg, tmp_path / "cut" / "run")
     assert resumed.wait(timeout=600) == 0, resumed.stdout.read()
 
-    want, got = _metrics(tmp_path / "ref" / "mlflow.db"), _metrics(tmp_path / "cut" / "mlflow.db")
+    want, got = metric_histories(tmp_path / "ref" / "mlflow.db"), metric_histories(tmp_path / "cut" / "mlflow.db")
     assert set(want) == set(got)
     for key in want:
         steps = [s for s, _ in got[key]]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.support.zero3_vllm import zero3_with_vllm
 from trainer import vllm_support
 
 pytestmark = [pytest.mark.slow,
@@ -23,27 +24,11 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def setup():
-    import deepspeed
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from trainer import distributed
-    from trainer.rollout_vllm import VLLMEngine
     from trainer.tiny_model import ensure_tiny_model
-    from trainer.train import CACHE
 
     path = str(ensure_tiny_model())
-    tok = AutoTokenizer.from_pretrained(path)
-    distributed.init(CACHE)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    distributed.hook_whole_layers(model)
-    engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=3e-3),
-                                      config=distributed.deepspeed_config(bf16=False, grad_clip=None,
-                                                                          micro_batches=1,
-                                                                          memory_efficient_linear=False))
-    rollout = VLLMEngine(engine.module, tok, path, dtype=torch.float32, seed=0, max_model_len=96)
-    yield rollout, engine, tok, path
-    rollout.close()
-    distributed.teardown()
+    with zero3_with_vllm(path, lr=3e-3, max_model_len=96) as (engine, tok, rollout):
+        yield rollout, engine, tok, path
 
 
 def _prompts(tok, n: int) -> list[list[int]]:

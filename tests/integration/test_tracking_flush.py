@@ -6,12 +6,8 @@ would), a real `mlflow server` comes up afterwards."""
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -21,17 +17,12 @@ from orchestrator.launch import ledger as L
 from orchestrator.status.cells import cell_rows, current_records
 from record.rundir import RunDir
 from record.tracker import MlflowTracker
+from tests.support.mlflow_server import MlflowServer
 
 pytestmark = pytest.mark.slow
 mlflow = pytest.importorskip("mlflow")
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 5
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def orchestrate(*args: str) -> subprocess.CompletedProcess:
@@ -40,8 +31,8 @@ def orchestrate(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_undelivered_points_are_counted_then_flushed_once(tmp_path, monkeypatch):
-    port = free_port()
-    uri = f"http://127.0.0.1:{port}"
+    server = MlflowServer(tmp_path)  # its port chosen now, nothing listening on it until start()
+    uri = server.uri
     sweep_dir, key = tmp_path / "sw", "a1b2c3d4e5f6"
     run = RunDir(sweep_dir / key)
     run.path.mkdir(parents=True)
@@ -63,20 +54,8 @@ def test_undelivered_points_are_counted_then_flushed_once(tmp_path, monkeypatch)
     kept = orchestrate("tracking", "flush", str(sweep_dir))
     assert kept.returncode == 1 and "left undelivered" in kept.stdout, kept.stdout + kept.stderr
 
-    server = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri",
-                               f"sqlite:///{tmp_path / 'mlflow.db'}", "--default-artifact-root",
-                               str(tmp_path / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
-                               "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{uri}/health", timeout=2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and server.poll() is None, "mlflow server did not come up"
-                time.sleep(0.5)
+        server.start()
         done = orchestrate("tracking", "flush", str(sweep_dir))
         assert done.returncode == 0, done.stdout + done.stderr
         assert "0 left undelivered" in done.stdout
@@ -92,5 +71,4 @@ def test_undelivered_points_are_counted_then_flushed_once(tmp_path, monkeypatch)
         assert row["undelivered"] == 0 and not row["reason"]
         assert json.loads(run.tracking_run.read_text())["run_id"] == found.info.run_id
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        server.stop()

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
+
+from trainer import vllm_support
 
 BASE = {
     "model": {"name_or_path": "tiny", "dtype": "fp32"},
@@ -67,3 +73,27 @@ def final_weights(run_dir: Path) -> dict:
     from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
     tag = json.loads((run_dir / "checkpoints" / "latest.json").read_text())["tag"]
     return get_fp32_state_dict_from_zero_checkpoint(str(run_dir / "checkpoints"), tag=tag)
+
+
+ENGINES = ["hf", pytest.param("vllm", marks=pytest.mark.skipif(not vllm_support.installed(),
+                                                               reason="vLLM is not installed (make setup)"))]
+
+
+def train_process(config, run_dir) -> subprocess.Popen:
+    """`orchestrate train CONFIG --run-dir RUN_DIR` as a real process (one micro-group), its output piped."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "train", str(config), "--run-dir",
+                             str(run_dir), "--micro-groups", "1"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def metric_histories(db) -> dict[str, list[tuple[int, float]]]:
+    """The one run of the `trainer-tests` experiment in this SQLite store: every metric but `perf/*`, by step."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("trainer-tests")
+    (run,) = client.search_runs([exp.experiment_id])
+    return {k: [(m.step, m.value) for m in sorted(client.get_metric_history(run.info.run_id, k),
+                                                  key=lambda m: m.step)]
+            for k in run.data.metrics if not k.startswith("perf/")}

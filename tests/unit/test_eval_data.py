@@ -8,6 +8,7 @@ import pytest
 
 from eval import local_data
 from eval.prepare import PrepareError, math_rows, math_squared_rows, mmlu_rows, prepare
+from record.rundir import sha256_file
 from tests.fixtures.eval_data import COUNTDOWN_SIZES, FIXTURE_ROWS, fixture_fetch, prepare_fixture_data
 from trainer.tiny_task import read_jsonl
 
@@ -23,7 +24,7 @@ def test_prepare_writes_every_dataset_with_its_manifest(prepared):
     assert manifest["missing"] == {}
     for name, entry in manifest["datasets"].items():
         path = prepared / entry["file"]
-        assert entry["sha256"] == local_data.sha256_file(path)
+        assert entry["sha256"] == sha256_file(path)
         assert entry["rows"] == len(read_jsonl(path))
         want = FIXTURE_ROWS.get(name, local_data.SPECS[name].rows)
         if want is not None:

@@ -37,6 +37,8 @@ def test_classes_are_the_three():
     assert set(fields_table.FIELDS.values()) == {fields_table.COMPUTES, fields_table.EVALUATES,
                                                   fields_table.MACHINERY}
     assert all(fields_table.of(p) == fields_table.EVALUATES for p in fields_table.FIELDS if p.startswith("eval."))
+    # and only they: record/identity.py `eval_id` hashes a RunConfig's eval section alone
+    assert all(p.startswith("eval.") for p in fields_table.paths(fields_table.EVALUATES))
 
 
 def test_the_identity_page_lists_each_field_under_its_class():

@@ -113,6 +113,7 @@ def test_the_fast_path_agrees_with_the_definition():
     for cell in load_sweep(REPO / "sweeps" / "async.yaml").cells:
         assert _canonical_run_config(cell.config) == canonical_json(identity_dict(cell.config))
         assert run_key(cell.config) == run_key(cell.config.to_dict())
+        assert eval_id(cell.config) == eval_id(cell.config.to_dict())
     config = RunConfig.from_dict({"model": {"name_or_path": "m"}, "collapse": {"b": [1, 2], "a": None}})
     assert run_key(config) == run_key(config.to_dict())
 

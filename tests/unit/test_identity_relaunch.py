@@ -92,7 +92,7 @@ def test_a_sweep_launched_before_identity_version_2_keeps_its_cells(tmp_path):
         record["jobs"][1].pop("eval_id")
         ledger.save(record)
     later = load_sweep(SMOKE, [f"sweep.output_root={tmp_path}", "eval.k=3"])
-    adopted = legacy_identities(sweep_dir)
+    adopted = legacy_identities(ledger.records())
     assert len(adopted) == len(sweep.cells)
     renamed = adopt(later, adopted)
     assert [c.run_key for c in renamed.cells] == [old_keys[c.run_key] for c in later.cells]
