@@ -59,6 +59,9 @@ def following(info: dict | None, rows: dict[str, list[JobRow]], now: float) -> t
     row = job_row(info, rows)
     if row is not None:
         return (not row.terminal), f"watcher job {job} is {row.state}"
+    if (info.get("last_poll") or 0.0) > info.get("at", 0.0) and now - info["last_poll"] < ACCOUNTING_LAG_S:
+        # it polled since its submission, so it runs: slurmdbd has not written its record yet
+        return True, f"watcher job {job} is RUNNING"
     if now - info.get("at", 0.0) < ACCOUNTING_LAG_S:
         return True, f"watcher job {job} was just submitted (not in Slurm's accounting yet)"
     return False, f"watcher job {job} is unknown to Slurm"
@@ -88,6 +91,8 @@ def status_of(info: dict | None, rows: dict[str, list[JobRow]], settled: bool, s
            "last_poll": polled, "polls": info.get("polls", 0), "ended": info.get("ended")}
     if live:
         last = f"last poll {_clock(polled)} ({now - polled:.0f} s ago)" if polled else "no poll yet"
+        if row is None and why.endswith("RUNNING"):
+            last += ", which shows it runs: Slurm's accounting has no record of it yet"
         said = (f"{why.removeprefix('watcher ')} in partition {out['partition'] or '?'}, {last}; it resubmits cells "
                 f"ended by infrastructure failures and ends once the sweep is settled")
     elif info.get("ended") and settled:

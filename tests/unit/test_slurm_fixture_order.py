@@ -73,7 +73,10 @@ def test_the_cluster_is_up_before_any_fixture_of_a_slurm_test(tmp_path):
         (bin_dir / name).chmod(0o755)
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_rows.py").write_text(TESTS)
-    env = {**os.environ, "ORDER_LOG": str(log), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    # the real conftest imports tests.support: the inner session, rooted in tmp_path, finds it through PYTHONPATH
+    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "ORDER_LOG": str(log), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "PYTHONPATH": python_path}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                           "--rootdir", str(tmp_path), str(tmp_path / "test_rows.py")], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=120)

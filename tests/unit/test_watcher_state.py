@@ -52,6 +52,18 @@ def test_a_job_sacct_does_not_know_yet_is_live_for_a_while_then_gone():
     assert ws.should_start(INFO, {}, settled=False, now=NOW) == (True, "watcher job 812 is unknown to Slurm")
 
 
+def test_a_watcher_that_polled_runs_even_before_slurm_s_accounting_has_its_record():
+    """slurmdbd lags under load (CI saw squeue say RUNNING while sacct had no row): a poll written after the
+    submission shows the job runs; a poll older than the lag allowance shows nothing."""
+    polled = {**INFO, "at": NOW - 30, "last_poll": NOW - 2}
+    assert ws.following(polled, {}, now=NOW) == (True, "watcher job 812 is RUNNING")
+    said = ws.status_of(polled, {}, settled=False, sweep_dir=Path("sw"), now=NOW)["said"]
+    assert said.startswith("watcher: job 812 is RUNNING in partition service, last poll") and \
+        "Slurm's accounting has no record of it yet" in said, said
+    stale = {**INFO, "last_poll": NOW - 500}
+    assert ws.following(stale, {}, now=NOW) == (False, "watcher job 812 is unknown to Slurm")
+
+
 def test_a_reused_job_id_is_not_our_watcher():
     """After a controller reset Slurm reuses ids: a row with another name, or submitted well before watcher.json
     says ours was, is someone else's job."""
