@@ -105,7 +105,8 @@ def test_the_sweep_starts_one_watcher_in_service_which_resubmits_a_killed_cell_a
 
     # the 2-rank training runs while the watcher job is up: neither waits for the other's CPU
     wait("the 2-rank training and the watcher running together", lambda: (
-        (sweep_dir / killed / "checkpoints" / "latest.json").exists() and squeue_state(watcher) == "RUNNING"),
+        (sweep_dir / killed / "checkpoints" / "latest.json").exists() and squeue_state(watcher) == "RUNNING"
+        and json.loads((sweep_dir / "watcher.json").read_text()).get("last_poll")),
          timeout_s=600)
     job = latest(Ledger(sweep_dir).load(killed), "train")
     ranks = [line for line in (sweep_dir / killed / "starts.jsonl").read_text().splitlines()]
