@@ -23,6 +23,7 @@ import psycopg2
 from record.errors import UserError
 
 PG_ROOT = Path("/usr/lib/postgresql")  # Debian's layout: <root>/<major>/bin; /usr/local/bin copies are not ours
+PG_ROOT_ENV = "COMEDY_PG_ROOT"  # another place for Debian's layout; a tree without it makes Debian's unfindable
 DB = "mlflow"  # the database, and the cluster's superuser (initdb -U): the cluster serves nothing else
 # A server worker runs up to 40 requests at once (anyio's thread limit, through which MLflow's Flask app runs);
 # SQLAlchemy's default pool (5 + 10 overflow) made the rest wait 30 s and fail with "QueuePool limit ... reached",
@@ -36,9 +37,15 @@ NO_ROOT_HINT = ("without root: `conda install -c conda-forge postgresql` (or mam
                 "and postgres on PATH; or give their directory with --pg-bin DIR")
 
 
-def find_bin(root: Path = PG_ROOT, path: str | None = None) -> Path | None:
+def pg_root() -> Path:
+    """Where Debian's layout is looked for: $COMEDY_PG_ROOT when set, else /usr/lib/postgresql."""
+    return Path(os.environ.get(PG_ROOT_ENV) or PG_ROOT)
+
+
+def find_bin(root: Path | None = None, path: str | None = None) -> Path | None:
     """The newest `<root>/<major>/bin` holding initdb, pg_ctl and postgres (Debian's), else the directory on PATH
     that holds all three (conda-forge's, installed without root), or None."""
+    root = root if root is not None else pg_root()
     found = [d / "bin" for d in root.glob("*") if all((d / "bin" / b).is_file() for b in NEEDED)]
     best = max(found, key=lambda b: float(b.parent.name) if b.parent.name.replace(".", "").isdigit() else 0.0,
                default=None)
@@ -56,7 +63,12 @@ def given_bin_problem(directory: Path) -> str | None:
     return f"{directory} has no executable {', '.join(missing)}" if missing else None
 
 
-def ensure_installed(install: bool, log: Path, say, root: Path = PG_ROOT, pg_bin: Path | None = None) -> Path:
+def can_have_postgres(install: bool, pg_bin: Path | None, root: Path | None = None) -> bool:
+    """Whether ensure_installed can give PostgreSQL: given, found, or installable (apt-get allowed, as root)."""
+    return pg_bin is not None or find_bin(root) is not None or (install and os.geteuid() == 0)
+
+
+def ensure_installed(install: bool, log: Path, say, root: Path | None = None, pg_bin: Path | None = None) -> Path:
     """The PostgreSQL binaries: `pg_bin` when given, else Debian's or those on PATH (find_bin), else Debian's
     installed with apt-get when allowed and root (like slurm/local-cluster does); otherwise one message that says
     how to install them, with root or without."""
@@ -66,6 +78,7 @@ def ensure_installed(install: bool, log: Path, say, root: Path = PG_ROOT, pg_bin
             raise UserError(f"--pg-bin: {problem}; give the directory holding PostgreSQL's initdb, pg_ctl and "
                             f"postgres (`dirname $(which initdb)`)")
         return Path(pg_bin).absolute()
+    root = root if root is not None else pg_root()
     found = find_bin(root)
     if found is not None:
         return found

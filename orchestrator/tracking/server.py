@@ -8,6 +8,10 @@ safe to run twice, and after a crash of either process it starts just that one a
 The server binds 127.0.0.1 unless told otherwise. MLflow's server has no authentication of its own: on any
 other address anyone who reaches the port can read and delete runs, unless its basic-auth app is on (`--auth`).
 PostgreSQL always listens on 127.0.0.1 only; only the MLflow server talks to it.
+
+Without PostgreSQL (none found, no --pg-bin, and no apt-get: not root, or --no-install) `up` falls back to a SQLite
+file, `<data dir>/mlflow.db`, that only the server (one worker: one writer) opens; jobs still log over HTTP. It says
+so, and how to get PostgreSQL without root. A data directory keeps the store it began with.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from pathlib import Path
 
 from orchestrator.tracking.postgres import (
     MAX_CONNECTIONS_PER_WORKER,
+    NO_ROOT_HINT,
     Postgres,
+    can_have_postgres,
     ensure_installed,
     free_port,
     port_free_or_fail,
@@ -39,6 +45,8 @@ from record.errors import UserError
 from record.rundir import atomic_write
 
 STATE_FILE = "tracking.json"
+SQLITE_FILE = "mlflow.db"
+NETWORK_FILESYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "fuse.sshfs", "ceph", "panfs")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 AUTH_WARNING = ("MLflow's server has no authentication unless its auth app is enabled: anyone who can reach "
                 "{host}:{port} can read, change and delete every run. Add --auth to enable MLflow's basic-auth "
@@ -59,6 +67,7 @@ class State:
     secret_key: str = ""  # the auth app's CSRF key: the same across restarts, so open pages stay valid
     mlflow_pid: int | None = None
     pg_bin: str = ""
+    backend: str = "postgresql"  # or "sqlite": the fallback without PostgreSQL (<data dir>/mlflow.db)
 
     def uri(self) -> str:
         """What jobs set as MLFLOW_TRACKING_URI: a wildcard bind is reached by this machine's name."""
@@ -109,6 +118,34 @@ def _user(uid: int) -> str:
         return f"uid {uid}"
 
 
+def filesystem_of(path: Path) -> str:
+    """The type of the filesystem `path` lies on (the longest mount point above it in /proc/mounts), or ""."""
+    best, kind = "", ""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return ""
+    for line in mounts:
+        fields = line.split()
+        if len(fields) > 2 and (str(path) + "/").startswith(fields[1].rstrip("/") + "/") and len(fields[1]) > len(best):
+            best, kind = fields[1], fields[2]
+    return kind
+
+
+def sqlite_note(data_dir: Path) -> str:
+    """What `up` says when it serves the SQLite fallback: that it is one, where the file is, how to do better."""
+    db = data_dir / SQLITE_FILE
+    note = (f"note: no PostgreSQL here, so the MLflow server keeps its runs in a SQLite file, {db}, that only the "
+            f"server opens (one worker, one writer; jobs log over HTTP as usual). It is the fallback: it serializes "
+            f"writes, so a large sweep logs more slowly. For PostgreSQL {NO_ROOT_HINT}; then use a new --data-dir "
+            f"(this one keeps its SQLite store; `orchestrate tracking import {db} --data-dir NEW` copies its runs)")
+    kind = filesystem_of(data_dir)
+    if kind in NETWORK_FILESYSTEMS:
+        note += (f". warning: {data_dir} is on {kind}, a network filesystem, where SQLite's locks are unreliable: "
+                 f"give a --data-dir on the login node's local disk (e.g. under /tmp or /var/tmp)")
+    return note
+
+
 def postgres_of(data_dir: Path, state: State) -> Postgres:
     return Postgres(data_dir, state.pg_port, Path(state.pg_bin), run_as_user())
 
@@ -139,6 +176,9 @@ def up(data_dir: Path, *, host: str | None = None, port: int | None = None, pg_p
     if not mlflow_alive(state):  # before anything is made: a taken port costs the user nothing
         port_free_or_fail(state.port, state.host, "the MLflow server", "--port")
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o711)  # 711: as root, `postgres` must enter it
+    fresh = before is None and not (data_dir / "postgres").exists()
+    if state.backend == "sqlite" or (fresh and not can_have_postgres(install, pg_bin)):
+        return up_sqlite(data_dir, state, say, timeout_s)
     state.pg_bin = str(ensure_installed(install, data_dir / "logs" / "apt.log", say, pg_bin=pg_bin))
     pg = postgres_of(data_dir, state)
     pg.check_reachable()
@@ -165,6 +205,30 @@ def up(data_dir: Path, *, host: str | None = None, port: int | None = None, pg_p
     return state
 
 
+def up_sqlite(data_dir: Path, state: State, say, timeout_s: float) -> State:
+    """The fallback: `mlflow server` on `<data dir>/mlflow.db`, one worker so that one process writes the file."""
+    state.backend, state.workers, state.pg_bin, state.pg_port = "sqlite", 1, "", 0
+    say(sqlite_note(data_dir))
+    if state.auth and not state.admin_password:
+        state.admin_password, state.secret_key = secrets.token_urlsafe(16), secrets.token_hex(32)
+    write_state(data_dir, state)
+    if mlflow_alive(state):
+        say(f"mlflow server: already running (pid {state.mlflow_pid}) at {state.uri()}")
+        return state
+    note = exposure_note(state.host, state.port, state.auth)
+    if note:
+        say(note)
+    state.mlflow_pid = start_mlflow(data_dir, state, None, timeout_s)
+    write_state(data_dir, state)
+    say(f"mlflow server: started (pid {state.mlflow_pid}) at {state.uri()} on SQLite {data_dir / SQLITE_FILE}; "
+        f"artifacts in {state.artifacts}")
+    return state
+
+
+def backend_uri(data_dir: Path, pg: Postgres | None) -> str:
+    return pg.uri() if pg is not None else f"sqlite:///{data_dir / SQLITE_FILE}"
+
+
 def exposure_note(host: str, port: int, auth: bool) -> str | None:
     """What to tell the user about who can reach the server: nothing on loopback."""
     if host in LOOPBACK:
@@ -175,10 +239,10 @@ def exposure_note(host: str, port: int, auth: bool) -> str | None:
             f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD")
 
 
-def start_mlflow(data_dir: Path, state: State, pg: Postgres, timeout_s: float) -> int:
+def start_mlflow(data_dir: Path, state: State, pg: Postgres | None, timeout_s: float) -> int:
     port_free_or_fail(state.port, state.host, "the MLflow server", "--port")
     Path(state.artifacts).mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", pg.uri(),
+    cmd = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri(data_dir, pg),
            "--artifacts-destination", state.artifacts, "--host", state.host, "--port", str(state.port),
            "--workers", str(state.workers)]
     if state.host not in LOOPBACK:
@@ -186,7 +250,7 @@ def start_mlflow(data_dir: Path, state: State, pg: Postgres, timeout_s: float) -
         names = {socket.gethostname(), machine_name(), state.host, "localhost", "127.0.0.1"}
         cmd += ["--allowed-hosts", ",".join(sorted(n for name in names for n in (name, f"{name}:*")))]
     # The job runner spawns extra worker processes that nothing here uses: it would only take CPU on a login node.
-    env = {**pg.env(), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    env = {**(pg.env() if pg is not None else os.environ), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
            "MLFLOW_SQLALCHEMYSTORE_POOL_SIZE": "10",
            "MLFLOW_SQLALCHEMYSTORE_MAX_OVERFLOW": str(MAX_CONNECTIONS_PER_WORKER - 10)}
     if state.auth:
@@ -211,13 +275,15 @@ def start_mlflow(data_dir: Path, state: State, pg: Postgres, timeout_s: float) -
     raise UserError(f"the MLflow server {why}; its log {log} ends:\n{tail(log)}")
 
 
-def write_auth_config(data_dir: Path, pg: Postgres) -> Path:
+def write_auth_config(data_dir: Path, pg: Postgres | None) -> Path:
     """MLflow's basic-auth settings: users in their own database beside the runs (its default is a SQLite file
     in the working directory), everyone else READ by default, the admin made on first start."""
-    pg.create_database("mlflow_auth")
+    if pg is not None:
+        pg.create_database("mlflow_auth")
+    database = pg.db_uri("mlflow_auth") if pg is not None else f"sqlite:///{data_dir / 'basic_auth.db'}"
     path = data_dir / "basic_auth.ini"
     path.write_text("[mlflow]\ndefault_permission = READ\n"
-                    f"database_uri = {pg.db_uri('mlflow_auth')}\n"
+                    f"database_uri = {database}\n"
                     "admin_username = admin\n"
                     "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
     return path
@@ -257,6 +323,8 @@ def down(data_dir: Path, say=print) -> None:
         say("mlflow server: not running")
     state.mlflow_pid = None
     write_state(data_dir, state)
+    if state.backend == "sqlite":
+        return
     pg = postgres_of(data_dir, state)
     if pg.running():
         pg.stop()
@@ -299,12 +367,14 @@ def status(data_dir: Path) -> dict:
     if state is None:
         return {"up": False, "data_dir": str(data_dir), "uri": None, "postgres": "absent", "mlflow": "absent",
                 "hint": f"no tracking server in {data_dir}; start one: orchestrate tracking up --data-dir {data_dir}"}
-    pg = postgres_of(data_dir, state)
-    pg_up, ml_up = pg.running(), mlflow_alive(state)
+    pg = postgres_of(data_dir, state) if state.backend != "sqlite" else None
+    pg_up, ml_up = pg.running() if pg is not None else True, mlflow_alive(state)
     answers = ml_up and healthy(State(host="127.0.0.1" if state.host in ("0.0.0.0", "::") else state.host,
                                       port=state.port).uri())
     return {"up": pg_up and answers, "data_dir": str(data_dir), "uri": state.uri(), "auth": state.auth,
-            "postgres": f"running (pid {pg.pid()}, 127.0.0.1:{pg.port})" if pg_up else "stopped",
+            "postgres": (f"running (pid {pg.pid()}, 127.0.0.1:{pg.port})" if pg_up else "stopped") if pg is not None
+            else f"none: the fallback SQLite store {data_dir / SQLITE_FILE}",
             "mlflow": (f"running (pid {state.mlflow_pid}), " + ("answering" if answers else "NOT answering"))
             if ml_up else "stopped",
-            "artifacts": state.artifacts, "logs": str(data_dir / "logs"), "backend": pg.uri()}
+            "artifacts": state.artifacts, "logs": str(data_dir / "logs"),
+            "backend": backend_uri(data_dir, pg)}
