@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import huggingface_hub
-from huggingface_hub.errors import GatedRepoError, HFValidationError, RepositoryNotFoundError
+from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HFValidationError, RepositoryNotFoundError
 
 from orchestrator.cluster.paths import NAMED_MODELS, hub_snapshot, missing_parts
 from record.weights import write_record
@@ -67,15 +67,26 @@ def _download(name: str, target: Path | None, say: Callable[[str], None]) -> Fet
     try:
         path = huggingface_hub.snapshot_download(name, allow_patterns=PATTERNS, local_dir=target)
     except GatedRepoError:
-        return Fetched(name, None, f"gated: accept its licence at https://huggingface.co/{name}, then log in on this "
-                                   f"login node (`huggingface-cli login`, or HF_TOKEN) and fetch again")
+        return Fetched(name, None, access_hint(name, "gated"))
     except (RepositoryNotFoundError, HFValidationError):
         return Fetched(name, None, f"no such model on the hub (or private): check model.name_or_path {name!r}")
+    except HfHubHTTPError as err:  # after its subclasses above (gated, not found)
+        if getattr(err.response, "status_code", None) in (401, 403):  # a token missing, expired or without access
+            return Fetched(name, None, access_hint(name, f"refused ({err.response.status_code})"))
+        return Fetched(name, None, f"the hub answered {str(err).splitlines()[0][:160]}: fetch again later")
     except Exception as err:  # noqa: BLE001 - any transport failure of the hub client (httpx, OSError, offline)
         return Fetched(name, None, f"the hub is not reachable from here ({str(err).splitlines()[0][:160]}): run "
                                    f"this on a login node with internet (HF_ENDPOINT for a mirror)")
     if target is not None:
         write_record(target, f"hub:{name}")
     missing = missing_parts(Path(path))
+    files = [f for f in Path(path).rglob("*") if f.is_file() and ".cache" not in f.parts]
+    size = f"{len(files)} files, {sum(f.stat().st_size for f in files) / 1e6:,.1f} MB"
     return Fetched(name, None if missing else str(path),
-                   f"downloaded, but lacking {', '.join(missing)}" if missing else "downloaded")
+                   f"downloaded ({size}), but lacking {', '.join(missing)}" if missing else f"downloaded ({size})")
+
+
+def access_hint(name: str, why: str) -> str:
+    """What to do when the hub refuses a model (gated, or 401/403): the licence on its page, then a token here."""
+    return (f"{why}: accept its licence at https://huggingface.co/{name} (while logged in there), then log in on "
+            f"this login node (`huggingface-cli login`, or HF_TOKEN with read access) and fetch again")

@@ -70,7 +70,8 @@ def test_a_model_fetched_into_a_directory_is_its_hub_id_for_identity(tmp_path, m
     monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
     lines: list[str] = []
     [got] = fetch_models(["Qwen/Qwen2.5-7B"], into=tmp_path / "models", say=lines.append)
-    assert got.path == str(tmp_path / "models" / "Qwen--Qwen2.5-7B") and got.said == "downloaded"
+    assert got.path == str(tmp_path / "models" / "Qwen--Qwen2.5-7B") and got.said.startswith("downloaded (")
+    assert got.said.endswith(" files, 0.0 MB)"), got.said  # what it fetched, counted: files and bytes
     assert model_identity(got.path) == model_identity("Qwen/Qwen2.5-7B") == "hub:Qwen/Qwen2.5-7B"
     assert "*.safetensors" in calls[0][1] and "downloading" in lines[0]
     [again] = fetch_models(["Qwen/Qwen2.5-7B"], into=tmp_path / "models", say=lines.append)
@@ -84,3 +85,20 @@ def test_the_command_exits_2_naming_what_is_missing(tmp_path):
                           text=True, env=env, timeout=300)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Org/Absent-1B: HF_HUB_OFFLINE is set here" in done.stdout and "Traceback" not in done.stderr
+
+
+def test_a_refused_download_401_or_403_says_how_to_get_access(tmp_path, monkeypatch):
+    import httpx
+    from huggingface_hub.errors import HfHubHTTPError
+
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    for status in (401, 403):
+        def refused(*args, status=status, **kwargs):
+            request = httpx.Request("GET", "https://huggingface.co/api/models/Org/Private")
+            raise HfHubHTTPError(f"{status} Client Error", response=httpx.Response(status, request=request))
+
+        monkeypatch.setattr(huggingface_hub, "snapshot_download", refused)
+        [got] = fetch_models(["Org/Private"], say=lambda _: None)
+        assert got.path is None and got.said.startswith(f"refused ({status})"), got.said
+        assert "https://huggingface.co/Org/Private" in got.said and "huggingface-cli login" in got.said
