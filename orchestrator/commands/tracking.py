@@ -28,7 +28,9 @@ EXAMPLES = """examples:
 
 `up` starts PostgreSQL (Debian's package, installed with apt-get when missing and run as root) in
 <data dir>/postgres and `mlflow server` on it, with artifacts in --artifacts (default <data dir>/artifacts).
-It is safe to run twice: what runs is left alone. The server listens on 127.0.0.1 unless --host says otherwise;
+Without PostgreSQL and without root (or with --no-install) it
+falls back to a SQLite file, <data dir>/mlflow.db, opened only by the server, and says so. It is safe to run
+twice: what runs is left alone. The server listens on 127.0.0.1 unless --host says otherwise;
 MLflow's server has no authentication unless --auth turns on its basic-auth app (the admin password is in
 <data dir>/tracking.json). `status` prints the URI jobs should use: put it in the sweep
 (tracking.tracking_uri=URI), in the Slurm profile (tracking_uri: URI), or export MLFLOW_TRACKING_URI.
