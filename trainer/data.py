@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer import tiny_task
+from trainer import fraction_task, tiny_task
 from trainer.config import DataConfig
 
 # The instruction appended to each problem (verl's MATH recipe; the tiny model was warm-started with its own).
@@ -20,6 +20,7 @@ PROMPT_SUFFIX = {
     "math": " Let's think step by step and output the final answer within \\boxed{}.",
     "countdown": " Show your work, then give the final expression within \\boxed{}.",
     "tiny": "",
+    "fractions": " Give the final answer within \\boxed{}.",
 }
 
 
@@ -43,6 +44,8 @@ def load_examples(cfg: DataConfig, split: str) -> list[dict]:
     path = cfg.train_path if split == "train" else cfg.val_path
     if cfg.dataset == "tiny" and path is None:
         return tiny_task.make_split(split if split in tiny_task.SPLITS else "test", seed=0)
+    if cfg.dataset == "fractions" and path is None:  # generated, like tiny: no files to prepare
+        return fraction_task.make_split(split if split in fraction_task.SPLITS else "test", seed=0)
     if path is None and (cfg.dataset, split) in DEFAULT_FILES:
         path = str(data_dir() / DEFAULT_FILES[(cfg.dataset, split)])
     if path is None:

@@ -150,6 +150,7 @@ REWARD_FNS: dict[str, Callable[[str, dict], float]] = {
     "math": lambda completion, example: math_reward(completion, example["answer"]),
     "tiny": lambda completion, example: tiny_reward(completion, example["answer"]),
     "countdown": countdown_reward,
+    "fractions": lambda completion, example: math_reward(completion, example["answer"]),  # Math-Verify on the path
 }
 
 
