@@ -32,6 +32,7 @@ from orchestrator.launch.fingerprints import changed_cells, said
 from orchestrator.launch.ledger import Ledger
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import Plan, make_plan, summary_lines
+from orchestrator.launch.probed import PROBE_TAG, probe_trained
 from orchestrator.launch.submit import launch
 from orchestrator.sweep.expand import Sweep, load_sweep
 from orchestrator.sweep.memory import plan_report
@@ -156,8 +157,13 @@ def run(args: argparse.Namespace) -> int:
     starter = None if args.no_watcher else Starter(
         sweep_dir, watcher_params(sweep.profile), args.max_retries, args.poll or DEFAULT_POLL_S,
         sweep.profile.watcher.time_min)
+    # cells a probe entry "completed" train for real: their records and fake checkpoints are no real training
+    probed = probe_trained(before, args.train_entry)
+    if probed:
+        out.print(f"{len(probed)} cell(s) finished by a probe entry train again from step 0 (outputs moved to "
+                  f"superseded/{PROBE_TAG}/)", soft_wrap=True)
     report = launch(sweep, sweep_dir, backend, options, retry_failed=args.retry_failed, watcher=starter,
-                    adopted=adopted, rerun=tuple(changed) if args.rerun_changed else ())
+                    adopted=adopted, rerun=(*(changed if args.rerun_changed else ()), *probed))
     kept = ", ".join(f"{n} {why}" for why, n in sorted(report.kept.items())) or "none"
     if report.resolved:
         out.print(f"settled {report.resolved} submission(s) an interrupted orchestrator had left, by job name")
