@@ -1,0 +1,46 @@
+"""`orchestrate preflight SWEEP [OVERRIDE ...] [--json]`: what the cluster would say to the sweep's submission,
+asked before anything is written or submitted (orchestrator/preflight/). Exit 0 only when every row passes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.arguments import add_sweep_arguments
+from orchestrator.console import console
+from orchestrator.launch.plan import make_plan
+from orchestrator.preflight.testonly import rows
+from orchestrator.sweep.expand import load_sweep
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "preflight", help="ask Slurm about every job a sweep would submit (sbatch --test-only); submits nothing",
+        description="For each array the plan would submit and for the watcher job, `sbatch --test-only` on the "
+                    "scripts a launch renders: one row each, a refusal with Slurm's words and its fix. "
+                    "Exit status: 0 when every row passes, 1 otherwise.")
+    add_sweep_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="the rows as JSON")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    sweep = load_sweep(args.sweep, args.overrides)
+    found = rows(sweep, make_plan(sweep))
+    failed = [r for r in found if not r.ok]
+    if args.json:
+        print(json.dumps({"sweep": sweep.name, "ok": not failed, "rows": [r.to_dict() for r in found]}, indent=1))
+        return 1 if failed else 0
+    table = Table(title=f"preflight {sweep.name}")
+    for col in ("check", "group", "result", "Slurm's words / fix"):
+        table.add_column(col)
+    for r in found:
+        table.add_row(r.check, r.group, Text("pass", "green") if r.ok else Text("FAIL", "bold red"),
+                      r.words if r.ok else f"{r.words}\nfix: {r.fix}")
+    out = console()
+    out.print(table)
+    out.print(f"{len(found) - len(failed)} of {len(found)} passed" + ("" if not failed else "; nothing submitted"))
+    return 1 if failed else 0

@@ -1,0 +1,62 @@
+"""`sbatch --test-only` on the very scripts a launch would submit (orchestrator/cluster/executor.py renders them;
+nothing is rebuilt here) and on the watcher job's parameters: Slurm answers where and when it would start them, or
+why it refuses. No job starts."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+
+from orchestrator.cluster.executor import render_sbatch, watcher_params
+from orchestrator.launch.plan import Plan
+from orchestrator.sweep.expand import Sweep
+
+
+@dataclass(frozen=True)
+class Row:
+    check: str
+    group: str
+    ok: bool
+    words: str  # Slurm's answer, as it gave it
+    fix: str = ""
+
+    def to_dict(self) -> dict:
+        return {"check": self.check, "group": self.group, "ok": self.ok, "words": self.words, "fix": self.fix}
+
+
+FIXES = (("invalid partition", "name a partition `sinfo` lists in the profile's partition (or watcher.partition)"),
+         ("invalid account", "set the profile's account to one `sacctmgr show assoc user=$USER` lists"),
+         ("qos", "set the profile's qos to one your association allows (`sacctmgr show assoc user=$USER`)"),
+         ("time limit", "lower the group's time_min (or the watcher's) under the partition's MaxTime"),
+         ("memory", "lower mem_gb under what the partition's nodes have"),
+         ("gres", "ask for GPUs a partition has (`sinfo -o '%P %G'`)"))
+
+
+def fix_for(words: str) -> str:
+    low = words.lower()
+    return next((fix for key, fix in FIXES if key in low), "read Slurm's words above; `scontrol show partition`")
+
+
+def test_only(args: list[str], script: str | None = None) -> tuple[bool, str]:
+    done = subprocess.run(["sbatch", "--test-only", *args], input=script, capture_output=True, text=True,
+                          timeout=60, check=False)
+    words = " ".join((done.stderr + done.stdout).split())
+    return done.returncode == 0, words
+
+
+def rows(sweep: Sweep, plan: Plan, python: str | None = None, data_dir: str | None = None) -> list[Row]:
+    """One row per array of the plan and one for the watcher (unless the profile runs none)."""
+    out = []
+    for group in plan.groups:
+        script = render_sbatch(sweep, plan, group, python, data_dir)
+        # the chained evaluation's dependency names a job that does not exist yet: Slurm is asked without it
+        script = "\n".join(line for line in script.splitlines() if not line.startswith("#SBATCH --dependency"))
+        ok, words = test_only([], script)
+        out.append(Row("sbatch --test-only", group.name, ok, words, "" if ok else fix_for(words)))
+    params = watcher_params(sweep.profile)
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in params.items() if k != "mem"]
+    if "mem" in params:
+        flags.append(f"--mem={params['mem']}")
+    ok, words = test_only([*flags, "--ntasks=1", "--cpus-per-task=1", "--wrap=true"])
+    out.append(Row("sbatch --test-only", "watcher", ok, words, "" if ok else fix_for(words)))
+    return out
