@@ -137,6 +137,12 @@ def main() -> None:
                       for k in ("submit_s", "relaunch_s", "status_s", "files", "fsyncs", "sbatch")}
             print(f"ratio {row['cells']} / {base['cells']} cells (baseline: the same work at {base['cells']} in this "
                   f"run): {json.dumps(ratios)}")
+            targets = {"submit < 5 s": row["submit_s"] < 5.0, "sbatch <= 2 per chunk":
+                       row["sbatch"] <= 2 * -(-row["cells"] // MAX_ARRAY), "relaunch < 2 s": row["relaunch_s"] < 2.0,
+                       "relaunch submits nothing": row["relaunch_sbatch"] == 0, "status < 1 s": row["status_s"] < 1.0,
+                       "one sacct": row["status_sacct"] == 1}
+            print(f"targets at {row['cells']} cells (issue 25; absolute figures above): "
+                  + ", ".join(f"{k}: {'met' if ok else 'MISSED'}" for k, ok in targets.items()))
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

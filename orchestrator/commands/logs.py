@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from collections import deque
 from pathlib import Path
 
 from orchestrator.console import console
-from orchestrator.launch.ledger import KINDS, latest
+from orchestrator.launch.ledger import KINDS, Ledger, latest
 from record.errors import UserError
 
 EXAMPLES = """examples:
@@ -31,13 +30,14 @@ def register(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def find_record(root: Path, prefix: str) -> Path:
-    found = sorted(p for p in root.glob("*/ledger/*.json") if p.stem.startswith(prefix) and not p.name[0] == ".")
+def find_record(root: Path, prefix: str) -> dict:
+    found = sorted(((k, r) for d in root.glob("*/ledger") for k, r in Ledger(d.parent).records().items()
+                    if k.startswith(prefix)), key=lambda kr: kr[0])
     if not found:
         raise UserError(f"no run {prefix!r} in {root}/*/ledger/; give --root (the sweep's output_root)")
-    if len({p.stem for p in found}) > 1:
-        raise UserError(f"{prefix!r} matches {', '.join(p.stem for p in found[:5])}: give more of the run_key")
-    return found[0]
+    if len({k for k, _ in found}) > 1:
+        raise UserError(f"{prefix!r} matches {', '.join(k for k, _ in found[:5])}: give more of the run_key")
+    return found[0][1]
 
 
 def tail(path: Path, lines: int) -> list[str]:
@@ -53,8 +53,7 @@ def last_state(line: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     out = console()
-    path = find_record(Path(args.root), args.run_key)
-    record = json.loads(path.read_text(encoding="utf-8"))
+    record = find_record(Path(args.root), args.run_key)
     kinds = [args.kind] if args.kind else list(KINDS)
     shown = 0
     for kind in kinds:

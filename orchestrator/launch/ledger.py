@@ -3,7 +3,12 @@
 Layout (all under `<sweep_dir>/ledger/`, NFS-safe: one JSON file per run, each written whole by temp file +
 fsync + rename, never SQLite on NFS):
 
-    <run_key>.json            the cell's record (format below); written only by the holder of `.lock`
+    shards/<h>.json           {"version": 1, "records": {<run_key>: <record>}}: the records whose run_key's sha256
+                              starts with hex digit <h> (16 shards at most, whatever the sweep's size: issue 25);
+                              written only by the holder of `.lock`, each save of many cells one write per shard
+    <run_key>.json            a record as sweeps written before the shards kept it (one file per cell): still read;
+                              a save moves it into its shard (shard written first, then this file removed, so a
+                              crash in between leaves two equal copies and the shard's wins)
     cancelled/<run_key>.json  written only by `orchestrate cancel`, BEFORE it calls scancel: a job that ends
                               CANCELLED with this marker is the user's cancellation and is never resubmitted
     .lock                     one orchestrator (submission or watcher) at a time: {"host", "pid", "at"}
@@ -32,6 +37,7 @@ a sacct row updates an attempt only if its job name and submit time match (`matc
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import socket
@@ -238,34 +244,64 @@ class Ledger:
         self.dir = self.sweep_dir / "ledger"
 
     def path(self, run_key: str) -> Path:
+        """Where a sweep written before the shards kept this cell's record (read, then migrated by a save)."""
         return self.dir / f"{run_key}.json"
+
+    def shard_path(self, run_key: str) -> Path:
+        return self.dir / "shards" / f"{hashlib.sha256(run_key.encode()).hexdigest()[0]}.json"
 
     def exists(self) -> bool:
         return self.dir.is_dir()
 
-    def load(self, run_key: str) -> dict | None:
+    def _read(self, path: Path) -> dict | None:
         try:
-            record = json.loads(self.path(run_key).read_text(encoding="utf-8"))
+            return json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
         except (OSError, json.JSONDecodeError) as err:
-            raise UserError(f"{self.path(run_key)}: unreadable ledger record ({err}); move it away and run "
+            raise UserError(f"{path}: unreadable ledger file ({err}); move it away and run "
                             f"`orchestrate sweep` again to rebuild it from Slurm") from None
-        record["user_cancelled"] = self.cancelled(run_key)
+
+    def _shard(self, path: Path) -> dict[str, dict]:
+        return (self._read(path) or {}).get("records", {})
+
+    def load(self, run_key: str) -> dict | None:
+        record = self._shard(self.shard_path(run_key)).get(run_key) or self._read(self.path(run_key))
+        if record is not None:
+            record["user_cancelled"] = self.cancelled(run_key)
         return record
 
     def records(self) -> dict[str, dict]:
-        paths = self.dir.glob("*.json") if self.dir.is_dir() else []
-        keys = sorted(p.stem for p in paths if not p.name.startswith("."))
-        return {k: r for k in keys if (r := self.load(k)) is not None}
+        if not self.dir.is_dir():
+            return {}
+        found = {p.stem: r for p in self.dir.glob("*.json") if not p.name.startswith(".")
+                 and (r := self._read(p)) is not None}  # legacy: one file per cell
+        for shard in sorted((self.dir / "shards").glob("*.json")):
+            found.update(self._shard(shard))  # a shard's copy is the newer (see the module's docstring)
+        out = {k: found[k] for k in sorted(found)}
+        marked = {p.stem for p in (self.dir / "cancelled").glob("*.json")}  # one listing, not a look per cell
+        for key, record in out.items():
+            record["user_cancelled"] = self.cancelled(key) if key in marked else None
+        return out
 
     def save(self, record: dict) -> None:
-        data = {k: v for k, v in record.items() if k != "user_cancelled"}  # derived from cancelled/, not stored
-        atomic_write(self.path(record["run_key"]), json.dumps(data, indent=1) + "\n")
+        self.save_all([record])
 
     def save_all(self, records: Iterable[dict]) -> None:
+        """One atomic write (temp file + fsync + rename) per shard these records fall in, whatever their number;
+        only the lock holder writes, so reading the shard and writing it back loses nobody's record."""
+        by_shard: dict[Path, list[dict]] = {}
+        legacy = {p.stem for p in self.dir.glob("*.json")} if self.dir.is_dir() else set()
         for record in records:
-            self.save(record)
+            by_shard.setdefault(self.shard_path(record["run_key"]), []).append(record)
+        for path, group in by_shard.items():
+            shard = self._shard(path)
+            for record in group:
+                shard[record["run_key"]] = {k: v for k, v in record.items() if k != "user_cancelled"}  # derived
+            atomic_write(path, json.dumps({"version": VERSION, "records": shard}, indent=1) + "\n")
+            for record in group:
+                if record["run_key"] in legacy:  # migrated: the shard now holds it
+                    self.path(record["run_key"]).unlink(missing_ok=True)
 
     def mark_cancelled(self, run_key: str, job_ids: list[str], now: float) -> None:
         atomic_write(self.dir / "cancelled" / f"{run_key}.json",

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.launch.ledger import Ledger
 from record.errors import UserError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,7 +94,7 @@ def test_auto_falls_back_to_the_local_executor_when_no_controller_answers(tmp_pa
     assert code == 0, err
     assert "--executor auto: sbatch is on PATH but no Slurm controller answers" in out
     assert "running on the local executor" in out and "slurm/local-cluster up" in out
-    records = [json.loads(p.read_text()) for p in (tmp_path / "runs" / "smoke" / "ledger").glob("*.json")]
+    records = list(Ledger(tmp_path / "runs" / "smoke").records().values())
     assert records and all(j["executor"] == "local" for r in records for j in r["jobs"])
 
 

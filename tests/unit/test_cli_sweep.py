@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli import main
+from orchestrator.launch.ledger import Ledger
 
 REPO = Path(__file__).resolve().parents[2]
 SWEEPS = REPO / "sweeps"
@@ -100,7 +101,7 @@ def test_sweep_without_dry_run_writes_run_dirs_and_follows_the_local_executor(tm
     sweep_dir = tmp_path / "runs" / "smoke"
     assert (sweep_dir / "manifest.json").is_file()
     assert len(list(sweep_dir.glob("*/config.yaml"))) == 2
-    assert len(list((sweep_dir / "ledger").glob("*.json"))) == 2
+    assert len(Ledger(sweep_dir).records()) == 2
 
 
 def test_an_invalid_sweep_writes_nothing(tmp_path, monkeypatch):

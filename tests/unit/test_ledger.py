@@ -122,14 +122,15 @@ def test_records_round_trip_and_a_cancellation_marker_reads_back(tmp_path):
     ledger.mark_cancelled("k", ["1"], 5.0)
     assert ledger.load("k")["user_cancelled"]["job_ids"] == ["1"]
     ledger.save(ledger.load("k"))
-    assert "user_cancelled" not in json.loads(ledger.path("k").read_text())  # derived, never stored in the record
+    stored = json.loads(ledger.shard_path("k").read_text())["records"]["k"]
+    assert "user_cancelled" not in stored  # derived, never stored in the record
 
 
 def test_a_write_that_dies_leaves_the_old_record_whole(tmp_path, monkeypatch):
     ledger = L.Ledger(tmp_path)
     record = record_with(tmp_path, ("train", "a", {"job_id": "1"}))
     ledger.save(record)
-    before = ledger.path("k").read_text()
+    before = ledger.shard_path("k").read_text()
     record["jobs"][0]["state"] = "RUNNING"
 
     def crash(fd):
@@ -137,8 +138,8 @@ def test_a_write_that_dies_leaves_the_old_record_whole(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "fsync", crash)
     with pytest.raises(OSError):
         ledger.save(record)
-    assert ledger.path("k").read_text() == before
-    assert sorted(p.name for p in ledger.dir.iterdir()) == ["k.json"]  # no temp file left behind
+    assert ledger.shard_path("k").read_text() == before
+    assert [p.name for p in ledger.shard_path("k").parent.iterdir()] == [ledger.shard_path("k").name]  # no temp file
 
 
 def test_one_writer_at_a_time_and_a_dead_holder_is_taken_over(tmp_path):
@@ -180,3 +181,34 @@ def test_a_lock_is_waited_for_when_asked_and_refused_at_once_otherwise(tmp_path)
     with ledger.lock("orchestrate sweep", wait_s=30.0):  # the poll ends; the relaunch goes on
         assert json.loads((ledger.dir / ".lock").read_text())["what"] == "orchestrate sweep"
     assert holder.wait(timeout=30) == 0
+
+
+def test_a_save_of_many_cells_writes_one_file_per_shard_not_per_cell(tmp_path, monkeypatch):
+    """Issue 25: the fsyncs and files of a save grow with the shards (16 at most), not with the cells."""
+    ledger = L.Ledger(tmp_path)
+    records = [L.new_record("s", f"key{i:05d}", f"c{i}", {}, tmp_path / f"c{i}") for i in range(2000)]
+    synced, real = [], os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
+    ledger.save_all(records)
+    assert len(synced) <= 16
+    assert len(list((ledger.dir / "shards").iterdir())) <= 16 and not list(ledger.dir.glob("*.json"))
+    assert sorted(ledger.records()) == sorted(r["run_key"] for r in records)
+    assert ledger.load("key01234")["name"] == "c1234"
+
+
+def test_a_legacy_sweep_with_one_file_per_cell_is_read_and_migrated_on_save(tmp_path):
+    """A sweep written before the shards: its per-cell files are read as they are; a save moves a record into its
+    shard and removes its old file; a shard's copy wins over a leftover file (a crash between the two steps)."""
+    ledger = L.Ledger(tmp_path)
+    ledger.dir.mkdir(parents=True)
+    for key in ("a", "b"):
+        old = L.new_record("s", key, key, {}, tmp_path / key)
+        ledger.path(key).write_text(json.dumps(old))
+    assert sorted(ledger.records()) == ["a", "b"] and ledger.load("a")["name"] == "a"
+    record = ledger.load("a")
+    record["name"] = "moved"
+    ledger.save(record)
+    assert not ledger.path("a").exists() and ledger.path("b").exists()
+    assert ledger.records()["a"]["name"] == "moved" and ledger.records()["b"]["name"] == "b"
+    ledger.path("a").write_text(json.dumps(L.new_record("s", "a", "stale", {}, tmp_path / "a")))
+    assert ledger.records()["a"]["name"] == "moved" and ledger.load("a")["name"] == "moved"
