@@ -34,13 +34,18 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"sweep": sweep.name, "ok": not failed, "rows": [r.to_dict() for r in found]}, indent=1))
         return 1 if failed else 0
-    table = Table(title=f"preflight {sweep.name}")
+    print_rows(console(), sweep.name, found)
+    return 1 if failed else 0
+
+
+def print_rows(out, name: str, found: list) -> None:
+    """The rows as one table (as `status` prints), then how many passed."""
+    failed = [r for r in found if not r.ok]
+    table = Table(title=f"preflight {name}")
     for col in ("check", "group", "result", "Slurm's words / fix"):
         table.add_column(col)
     for r in found:
         table.add_row(r.check, r.group, Text("pass", "green") if r.ok else Text("FAIL", "bold red"),
                       r.words if r.ok else f"{r.words}\nfix: {r.fix}")
-    out = console()
     out.print(table)
     out.print(f"{len(found) - len(failed)} of {len(found)} passed" + ("" if not failed else "; nothing submitted"))
-    return 1 if failed else 0

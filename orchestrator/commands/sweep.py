@@ -23,6 +23,7 @@ from orchestrator.cluster.executor import (
 )
 from orchestrator.cluster.paths import Resolver
 from orchestrator.cluster.sbatch_values import LIMITS
+from orchestrator.commands.preflight import print_rows
 from orchestrator.console import console
 from orchestrator.launch.adopt import adopt, legacy_identities
 from orchestrator.launch.baselines import wait_baselines
@@ -34,6 +35,7 @@ from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import Plan, make_plan, summary_lines
 from orchestrator.launch.probed import PROBE_TAG, probe_trained
 from orchestrator.launch.submit import launch
+from orchestrator.preflight.testonly import rows as preflight_rows
 from orchestrator.sweep.expand import Sweep, load_sweep
 from orchestrator.sweep.memory import plan_report
 from orchestrator.tracking.check import check_stores, sqlite_written_by_jobs
@@ -77,6 +79,8 @@ def register(subparsers) -> None:
     parser.add_argument("--no-watcher", action="store_true",
                         help="on Slurm, start no watcher job (by default one follows the sweep until it is settled; "
                              "`orchestrate watch SWEEP --as-job` starts one later)")
+    parser.add_argument("--preflight", action="store_true",
+                        help="run `orchestrate preflight` first and submit only if every row passes")
     parser.add_argument("--rerun-changed", action="store_true",
                         help="train again, from step 0, the trained cells whose recorded gradient fingerprint differs "
                              "from what this code computes for their settings (their outputs are moved aside)")
@@ -124,7 +128,13 @@ def run(args: argparse.Namespace) -> int:
         # A hint, not the table: the dry run shows what Slurm gets; validate shows what the cells compute (torch).
         again = " ".join([args.sweep, *args.overrides])
         out.print(f"each objective's bias on the toy model: orchestrate validate {again}", soft_wrap=True)
+        out.print(f"next, ask Slurm about every job before submitting: orchestrate preflight {again}", soft_wrap=True)
         return 0
+    if args.preflight:  # Slurm's verdict on every job first (orchestrator/preflight/): nothing written before
+        found = preflight_rows(sweep, plan)
+        print_rows(out, sweep.name, found)
+        if not all(r.ok for r in found):
+            return 1
     executor, note = choose_executor(args.executor)
     uris = [c.config.tracking.tracking_uri for c in sweep.cells]
     # Every missing path at once, before anything is written: the probes of the tests read none of them.

@@ -30,3 +30,13 @@ def test_preflight_passes_a_good_sweep_and_names_each_fault(slurm_cluster, sweep
     assert "sinfo" in rows["train-0"]["fix"]
     assert not rows["eval-0"]["ok"] and rows["watcher"]["ok"]
     assert not sweep_dir.exists()  # nothing written: no ledger, no run dirs
+
+
+def test_sweep_preflight_submits_nothing_when_a_row_fails(slurm_cluster, sweep_args, tmp_path):
+    name, args, sweep_dir = sweep_args
+    done = orchestrate("sweep", *args, "sweep.slurm.overrides.partition=nope", "--preflight",
+                       "--train-entry", "orchestrator.jobs:probe_train", "--eval-entry", "orchestrator.jobs:probe_eval",
+                       cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "invalid partition" in done.stdout and "nothing submitted" in done.stdout
+    assert not sweep_dir.exists()
