@@ -46,10 +46,13 @@ def model_identity(name_or_path: str) -> str:
     if name_or_path in PROJECT_MODELS:
         return f"project:{name_or_path}"
     path = Path(os.path.expanduser(name_or_path))
-    if path.is_dir():
-        return _directory_identity(str(path.resolve()), _stamp(path))
-    if path.is_file():  # a single-file model (GGUF): its own bytes
-        return "weights:" + _file_digest(str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns)
+    try:
+        if path.is_dir():
+            return _directory_identity(str(path.resolve()), _stamp(path))
+        if path.is_file():  # a single-file model (GGUF): its own bytes
+            return "weights:" + _file_digest(str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns)
+    except OSError:  # a name no filesystem can hold (too long, say) is no local path: validation names it
+        pass
     return f"hub:{name_or_path.strip('/')}"
 
 

@@ -6,12 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.table import Table
-from rich.text import Text
-
 from orchestrator.arguments import add_sweep_arguments
 from orchestrator.console import console
 from orchestrator.launch.plan import make_plan
+from orchestrator.preflight.table import print_rows
 from orchestrator.preflight.testonly import rows
 from orchestrator.sweep.expand import load_sweep
 
@@ -36,16 +34,3 @@ def run(args: argparse.Namespace) -> int:
         return 1 if failed else 0
     print_rows(console(), sweep.name, found)
     return 1 if failed else 0
-
-
-def print_rows(out, name: str, found: list) -> None:
-    """The rows as one table (as `status` prints), then how many passed."""
-    failed = [r for r in found if not r.ok]
-    table = Table(title=f"preflight {name}")
-    for col in ("check", "group", "result", "Slurm's words / fix"):
-        table.add_column(col)
-    for r in found:
-        table.add_row(r.check, r.group, Text("pass", "green") if r.ok else Text("FAIL", "bold red"),
-                      r.words if r.ok else f"{r.words}\nfix: {r.fix}")
-    out.print(table)
-    out.print(f"{len(found) - len(failed)} of {len(found)} passed" + ("" if not failed else "; nothing submitted"))

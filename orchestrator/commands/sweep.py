@@ -23,7 +23,6 @@ from orchestrator.cluster.executor import (
 )
 from orchestrator.cluster.paths import Resolver
 from orchestrator.cluster.sbatch_values import LIMITS
-from orchestrator.commands.preflight import print_rows
 from orchestrator.console import console
 from orchestrator.launch.adopt import adopt, legacy_identities
 from orchestrator.launch.baselines import wait_baselines
@@ -35,6 +34,7 @@ from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import Plan, make_plan, summary_lines
 from orchestrator.launch.probed import PROBE_TAG, probe_trained
 from orchestrator.launch.submit import launch
+from orchestrator.preflight.table import print_rows
 from orchestrator.preflight.testonly import rows as preflight_rows
 from orchestrator.sweep.expand import Sweep, load_sweep
 from orchestrator.sweep.memory import plan_report

