@@ -190,6 +190,18 @@ def up(data_dir: Path, *, host: str | None = None, port: int | None = None, pg_p
     else:
         pg.start()
         say(f"postgresql: started (pid {pg.pid()}, 127.0.0.1:{pg.port})")
+    return _serve(data_dir, state, pg, say, timeout_s, on="")
+
+
+def up_sqlite(data_dir: Path, state: State, say, timeout_s: float) -> State:
+    """The fallback: `mlflow server` on `<data dir>/mlflow.db`, one worker so that one process writes the file."""
+    state.backend, state.workers, state.pg_bin, state.pg_port = "sqlite", 1, "", 0
+    say(sqlite_note(data_dir))
+    return _serve(data_dir, state, None, say, timeout_s, on=f" on SQLite {data_dir / SQLITE_FILE}")
+
+
+def _serve(data_dir: Path, state: State, pg: Postgres | None, say, timeout_s: float, on: str) -> State:
+    """`mlflow server` over the store `pg` names (None: the SQLite file), started once."""
     if state.auth and not state.admin_password:
         state.admin_password, state.secret_key = secrets.token_urlsafe(16), secrets.token_hex(32)
     write_state(data_dir, state)
@@ -201,27 +213,7 @@ def up(data_dir: Path, *, host: str | None = None, port: int | None = None, pg_p
         say(note)
     state.mlflow_pid = start_mlflow(data_dir, state, pg, timeout_s)
     write_state(data_dir, state)
-    say(f"mlflow server: started (pid {state.mlflow_pid}) at {state.uri()}; artifacts in {state.artifacts}")
-    return state
-
-
-def up_sqlite(data_dir: Path, state: State, say, timeout_s: float) -> State:
-    """The fallback: `mlflow server` on `<data dir>/mlflow.db`, one worker so that one process writes the file."""
-    state.backend, state.workers, state.pg_bin, state.pg_port = "sqlite", 1, "", 0
-    say(sqlite_note(data_dir))
-    if state.auth and not state.admin_password:
-        state.admin_password, state.secret_key = secrets.token_urlsafe(16), secrets.token_hex(32)
-    write_state(data_dir, state)
-    if mlflow_alive(state):
-        say(f"mlflow server: already running (pid {state.mlflow_pid}) at {state.uri()}")
-        return state
-    note = exposure_note(state.host, state.port, state.auth)
-    if note:
-        say(note)
-    state.mlflow_pid = start_mlflow(data_dir, state, None, timeout_s)
-    write_state(data_dir, state)
-    say(f"mlflow server: started (pid {state.mlflow_pid}) at {state.uri()} on SQLite {data_dir / SQLITE_FILE}; "
-        f"artifacts in {state.artifacts}")
+    say(f"mlflow server: started (pid {state.mlflow_pid}) at {state.uri()}{on}; artifacts in {state.artifacts}")
     return state
 
 
