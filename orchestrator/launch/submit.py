@@ -18,6 +18,7 @@ from orchestrator.launch.fingerprints import Changed, supersede
 from orchestrator.launch.intents import submit_jobs
 from orchestrator.launch.ledger import IDENTITY, Ledger, new_record, note
 from orchestrator.launch.plan import launch_plan, triage
+from orchestrator.launch.probed import PROBE_TAG
 from orchestrator.launch.reconcile import refresh, settle_intents
 from orchestrator.sweep.expand import Sweep
 from record.identity import eval_id
@@ -93,8 +94,9 @@ def _submit(sweep: Sweep, sweep_dir: Path, ledger: Ledger, backend, options: Opt
             # the old attempts spend no retry budget of the new training (orchestrator/watch/watcher.py)
             record["jobs"] = [dict(j, superseded=reruns[key].recorded) if not j.get("superseded") else j
                               for j in record["jobs"]]
-            note(record, "rerun", f"{reruns[key].line()}; its outputs moved to {moved}, trained again "
-                 f"(--rerun-changed)", now)
+            why = ("its last training was a probe entry's, not a training" if reruns[key].recorded == PROBE_TAG
+                   else f"{reruns[key].line()} (--rerun-changed)")
+            note(record, "rerun", f"{why}; its outputs moved to {moved}, trained again", now)
         if key in todo.reopened:
             record["final"] = None
             ledger.clear_cancelled(key)
