@@ -1,7 +1,7 @@
 """The run ledger: each cell's jobs, attempts, states and every decision with its reason, on the shared filesystem.
 
-Layout (all under `<sweep_dir>/ledger/`, NFS-safe: one JSON file per run, each written whole by temp file +
-fsync + rename, never SQLite on NFS):
+Layout (all under `<sweep_dir>/ledger/`, NFS-safe: JSON files each written whole by temp file + fsync +
+rename, never SQLite on NFS):
 
     shards/<h>.json           {"version": 1, "records": {<run_key>: <record>}}: the records whose run_key's sha256
                               starts with hex digit <h> (16 shards at most, whatever the sweep's size: issue 25);

@@ -54,9 +54,7 @@ def rows(sweep: Sweep, plan: Plan, python: str | None = None, data_dir: str | No
         ok, words = test_only([], script)
         out.append(Row("sbatch --test-only", group.name, ok, words, "" if ok else fix_for(words)))
     params = watcher_params(sweep.profile)
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in params.items() if k != "mem"]
-    if "mem" in params:
-        flags.append(f"--mem={params['mem']}")
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in params.items()]
     ok, words = test_only([*flags, "--ntasks=1", "--cpus-per-task=1", "--wrap=true"])
     out.append(Row("sbatch --test-only", "watcher", ok, words, "" if ok else fix_for(words)))
     return out
