@@ -14,6 +14,8 @@ import yaml
 
 from orchestrator.cluster import sbatch_values as sv
 from orchestrator.cluster.site import SiteSetup
+from orchestrator.cluster.vllm_share import KEY as SHARE_KEY
+from orchestrator.cluster.vllm_share import ShareRule, parse_rules
 from record.errors import ConfigError, raise_if
 from record.plain import build
 from trainer.config import RunConfig
@@ -111,6 +113,9 @@ class SlurmProfile:
     # The site's own job setup: shell lines, variables, interpreter, srun flags, GPU request form, extra #SBATCH
     # options (orchestrator/cluster/site.py).
     site: SiteSetup = SiteSetup()
+    # rollout.gpu_memory_utilization by model, for cells whose sweep sets none (orchestrator/cluster/vllm_share.py:
+    # a sweep's explicit value wins over this map, which wins over the config default).
+    rollout_shares: tuple[ShareRule, ...] = ()
 
     def __post_init__(self) -> None:
         raise_if(self.problems(), f"slurm profile {self.name}")
@@ -133,7 +138,8 @@ class SlurmProfile:
         problems: list[str] = []
         if not isinstance(data, Mapping):
             raise_if([f"{path}: {data!r} is not a mapping; see slurm/profiles/local.yaml"], f"slurm profile {name}")
-        valid = (*SCALARS, "tracking_uri", "gpu_mem_gb", "eval", "by_model_size", "watcher", "site", *RESOURCE_KEYS)
+        valid = (*SCALARS, "tracking_uri", "gpu_mem_gb", "eval", "by_model_size", "watcher", "site", SHARE_KEY,
+                 *RESOURCE_KEYS)
         problems += [f"{path}.{k}: unknown key; valid: {', '.join(valid)}" for k in data if k not in valid]
         top = {k: data[k] for k in (*SCALARS, "tracking_uri", "gpu_mem_gb") if k in data}
         flat = sv.screen_memory({k: data[k] for k in RESOURCE_KEYS if k in data}, path, problems)
@@ -146,6 +152,7 @@ class SlurmProfile:
         watcher = sv.screen_memory(watcher, f"{path}.watcher", problems) if isinstance(watcher, Mapping) else watcher
         watcher = build(WatcherResources, watcher, f"{path}.watcher", problems)
         site = SiteSetup.from_dict(data.get("site"), f"{path}.site", problems)
+        shares = parse_rules(data.get(SHARE_KEY), f"{path}.{SHARE_KEY}", problems)
         if "partition" not in top:
             problems.append(f"{path}.partition: missing; give the Slurm partition (sinfo lists them)")
         if problems:  # the scalars' own problems too: construction, which checks them, is not reached
@@ -154,7 +161,8 @@ class SlurmProfile:
                      + _gpu_mem_problems(top.get("gpu_mem_gb"), f"{path}.gpu_mem_gb"),
                      f"slurm profile {name}")
         try:
-            return cls(name=name, train=train, eval=evals, by_model_size=sizes, watcher=watcher, site=site, **top)
+            return cls(name=name, train=train, eval=evals, by_model_size=sizes, watcher=watcher, site=site,
+                       rollout_shares=shares, **top)
         except ConfigError as err:
             raise ConfigError([path + p[len("slurm"):] for p in err.problems], f"slurm profile {name}") from None
 
@@ -168,6 +176,7 @@ class SlurmProfile:
         out["by_model_size"] = [{"max_params_b": s.max_params_b, **_resources_dict(s.resources)}
                                 for s in self.by_model_size]
         out["site"] = self.site.to_dict()
+        out[SHARE_KEY] = [r.to_dict() for r in self.rollout_shares]
         return out
 
 

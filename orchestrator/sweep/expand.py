@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.cluster.profile import SlurmProfile, SlurmResources, load_profile, resource_problems
+from orchestrator.cluster.vllm_share import with_profile_fraction
 from orchestrator.sweep.baselines import Baseline, expand_baselines
 from orchestrator.sweep.compose import Composer, parse_overrides, read_yaml, search_dirs
 from orchestrator.sweep.config_tree import (
@@ -282,6 +283,9 @@ def _cell(base: _Base, edits, cell_axes, profile, label, failures) -> Cell | Non
         problems, config = err.problems, None
     resources = None
     if config is not None and profile is not None:
+        # The profile's vLLM share for this model where the sweep set none (orchestrator/cluster/vllm_share.py:
+        # sweep > profile > default); machinery, so the run_key below is the same either way.
+        config = with_profile_fraction(config, data, profile.rollout_shares)
         resources = profile.train_resources(config.model.params_b)
         problems = resource_problems(config, resources, profile.name)
     for p in problems:

@@ -15,6 +15,7 @@ running to eval.max_tokens: the worst case."""
 from __future__ import annotations
 
 from eval import local_data, taskfiles
+from orchestrator.cluster.vllm_share import source
 from trainer.memory_plan import EvalPlan, MemoryPlan, eval_plan, plan
 
 EVAL_DECODE_STEP_S = 0.03  # one decode step of a full batch, 4-8B model, one A100: an estimate (the docstring)
@@ -50,11 +51,29 @@ def eval_plans(sweep) -> list[EvalPlan]:
 
 def plan_report(sweep) -> tuple[list[str], list[str]]:
     """The lines to print (training, then evaluation) and the problems: one line each, with its fix."""
-    lines, problems = [], []
+    lines, problems = share_lines(sweep), []
     for planned in [*memory_plans(sweep), *eval_plans(sweep)]:
         lines += planned.lines()
         problems += [planned.problem()] if planned.problem() else []
     return lines + eval_time_lines(sweep), problems
+
+
+def share_lines(sweep) -> list[str]:
+    """Each vLLM-rollout model's resolved rollout.gpu_memory_utilization on a GPU profile, and where it came from
+    (orchestrator/cluster/vllm_share.py: the sweep's value, else the profile's map, else the default). On a CPU
+    profile vLLM's KV cache is bounded by VLLM_CPU_KVCACHE_SPACE instead, so nothing is said."""
+    lines, seen = [], set()
+    for cell in sweep.cells:
+        c, res = cell.config, cell.resources
+        key = (c.model.name_or_path, c.rollout.gpu_memory_utilization)
+        if c.rollout.engine != "vllm" or res.gpus == 0 or key in seen:
+            continue
+        seen.add(key)
+        gpu = sweep.profile.gpu_mem_gb
+        share = f": {c.rollout.gpu_memory_utilization * gpu:.1f} GB of each {gpu:g} GB GPU" if gpu else ""
+        lines.append(f"rollout.gpu_memory_utilization {c.rollout.gpu_memory_utilization:g} for {c.model.name_or_path} "
+                     f"({source(c, sweep.profile.rollout_shares, sweep.profile.name)}){share}")
+    return lines
 
 
 def eval_time_lines(sweep) -> list[str]:
