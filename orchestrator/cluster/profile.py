@@ -22,6 +22,9 @@ from trainer.config import RunConfig
 
 PROFILES = Path(__file__).resolve().parents[2] / "slurm" / "profiles"
 CPU_PARAMS_B = 2.0  # a model larger than this (billions of parameters) needs a profile with GPUs
+# checkpoint_retention: "all" keeps every checkpoint; "final-export" frees a cell's checkpoints once its evaluation
+# has succeeded, keeping the export it read (orchestrator/watch/retention.py).
+RETENTION = ("all", "final-export")
 SCALARS = ("partition", "account", "qos", "array_parallelism", "max_array_size", "signal_delay_s")
 RESOURCE_KEYS = ("nodes", "gpus_per_node", "tasks_per_node", "cpus_per_task", "mem_gb", "time_min", "constraint")
 
@@ -109,6 +112,7 @@ class SlurmProfile:
     # Memory of one GPU of this cluster: what the memory plan (trainer/memory_plan.py) checks a cell against in
     # `orchestrate validate` and the dry run; null: not checked.
     gpu_mem_gb: float | None = None
+    checkpoint_retention: str = "all"  # RETENTION
     watcher: WatcherResources = WatcherResources()
     # The site's own job setup: shell lines, variables, interpreter, srun flags, GPU request form, extra #SBATCH
     # options (orchestrator/cluster/site.py).
@@ -122,7 +126,9 @@ class SlurmProfile:
 
     def problems(self, path: str = "slurm") -> list[str]:
         return sv.profile_scalars({k: getattr(self, k) for k in SCALARS}, path) + _uri_problems(
-            self.tracking_uri, f"{path}.tracking_uri") + _gpu_mem_problems(self.gpu_mem_gb, f"{path}.gpu_mem_gb")
+            self.tracking_uri, f"{path}.tracking_uri") + _gpu_mem_problems(self.gpu_mem_gb, f"{path}.gpu_mem_gb") + (
+            [] if self.checkpoint_retention in RETENTION else
+            [f"{path}.checkpoint_retention: {self.checkpoint_retention!r}; valid: {', '.join(RETENTION)}"])
 
     def train_resources(self, params_b: float | None) -> SlurmResources:
         """The smallest size class that holds a model of `params_b` billion parameters, else the defaults."""
@@ -138,10 +144,10 @@ class SlurmProfile:
         problems: list[str] = []
         if not isinstance(data, Mapping):
             raise_if([f"{path}: {data!r} is not a mapping; see slurm/profiles/local.yaml"], f"slurm profile {name}")
-        valid = (*SCALARS, "tracking_uri", "gpu_mem_gb", "eval", "by_model_size", "watcher", "site", SHARE_KEY,
-                 *RESOURCE_KEYS)
+        valid = (*SCALARS, "tracking_uri", "gpu_mem_gb", "checkpoint_retention", "eval", "by_model_size", "watcher",
+                 "site", SHARE_KEY, *RESOURCE_KEYS)
         problems += [f"{path}.{k}: unknown key; valid: {', '.join(valid)}" for k in data if k not in valid]
-        top = {k: data[k] for k in (*SCALARS, "tracking_uri", "gpu_mem_gb") if k in data}
+        top = {k: data[k] for k in (*SCALARS, "tracking_uri", "gpu_mem_gb", "checkpoint_retention") if k in data}
         flat = sv.screen_memory({k: data[k] for k in RESOURCE_KEYS if k in data}, path, problems)
         train = build(SlurmResources, flat, path, problems)
         evals = data.get("eval")
@@ -169,7 +175,8 @@ class SlurmProfile:
     def to_dict(self) -> dict:
         out = {"name": self.name, "partition": self.partition, "account": self.account, "qos": self.qos,
                "array_parallelism": self.array_parallelism, "max_array_size": self.max_array_size,
-               "signal_delay_s": self.signal_delay_s, "tracking_uri": self.tracking_uri, "gpu_mem_gb": self.gpu_mem_gb}
+               "signal_delay_s": self.signal_delay_s, "tracking_uri": self.tracking_uri, "gpu_mem_gb": self.gpu_mem_gb,
+               "checkpoint_retention": self.checkpoint_retention}
         out.update(_resources_dict(self.train))
         out["eval"] = _resources_dict(self.eval)
         out["watcher"] = {k: getattr(self.watcher, k) for k in ("partition", "mem_gb", "time_min")}
