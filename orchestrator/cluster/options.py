@@ -39,6 +39,9 @@ class Options:
     data_dir: str | None = None
     site: dict = field(default_factory=dict)
     environment: dict | None = None
+    # The profile's checkpoint_retention, applied by the watcher when a cell's evaluation succeeds
+    # (orchestrator/watch/retention.py): "all" keeps every checkpoint, "final-export" only the final export.
+    checkpoint_retention: str = "all"
 
     def resolved_executor(self) -> str:
         if self.executor == "auto":

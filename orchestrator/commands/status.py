@@ -14,6 +14,7 @@ from orchestrator.status.current import all_rows, read
 from orchestrator.status.tables import render
 from orchestrator.sweep.locate import sweep_dir_of
 from orchestrator.tracking.sweep_run import links
+from orchestrator.watch.retention import freed_line
 
 EXAMPLES = """examples:
   orchestrate status sweeps/smoke.yaml
@@ -28,8 +29,10 @@ step (latest checkpoint), the latest metrics the checkpoint holds, each eval tas
 eval/tiny/mean_at_4, from eval_result.json), the collapse verdict (verdict.json) and why: the verdict's reason
 when it is not stable, and why a cell was given up. Below it, one row per configuration (the axes without the
 seed): each task's mean@k and the final reward as mean ± sd (sample standard deviation) over the seeds that
-have it, and the seeds counted by verdict. Columns that do not fit the terminal are left out, named under the
-table; --json gives every field, each row with its configuration's "summary" (mean, sd, min, max, n per
+have it, and the seeds counted by verdict. Above 200 cells, a summary instead of those two tables: the cells per
+state, per group (the axes with at most 12 values: model, estimator, placement), and the cells that failed, gave
+up or collapsed (at most 50); --all prints the full tables. Columns that do not fit the terminal are left out,
+named under the table; --json gives every field, each row with its configuration's "summary" (mean, sd, min, max, n per
 metric; verdict counts). A sweep with baselines (sweep.baselines: base models evaluated once) shows them in a
 table of their own: model, chat template, state, each task's mean@k; in --json they follow the cells, each with
 "baseline": true; their jobs are asked in the same one sacct. On Slurm, --json ends with the watcher job's
@@ -45,6 +48,9 @@ def register(subparsers) -> None:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_dir_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--all", action="store_true", dest="everything",
+                        help="above 200 cells, print every cell and each configuration too (by default: counts per "
+                             "state and per group, and the cells that failed or collapsed)")
     parser.add_argument("--watch", action="store_true", help="refresh the table live until Ctrl-C")
     parser.add_argument("--interval", type=float, default=30.0, metavar="S", help="seconds between refreshes")
     parser.set_defaults(func=run)
@@ -57,13 +63,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.watch:
         records, watcher, bases = read(sweep_dir)
-        out.print(render(sweep_dir, out.width, records, None, bases))
+        out.print(render(sweep_dir, out.width, records, None, bases, args.everything))
         if watcher:
             out.print(watcher["said"], soft_wrap=True, highlight=False)
+        if freed := freed_line(records):  # the profile's checkpoint_retention (orchestrator/watch/retention.py)
+            out.print(freed, soft_wrap=True, highlight=False)
         for line in links(records):  # where to browse the runs (orchestrator/tracking/sweep_run.py)
             out.print(line, soft_wrap=True, highlight=False)  # a link split over lines no longer opens
         return 0
-    with Live(render(sweep_dir, out.width), console=out, auto_refresh=False) as live:
+    with Live(render(sweep_dir, out.width, everything=args.everything), console=out, auto_refresh=False) as live:
         while True:
             time.sleep(args.interval)
-            live.update(render(sweep_dir, out.width), refresh=True)
+            live.update(render(sweep_dir, out.width, everything=args.everything), refresh=True)

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 from orchestrator.cluster.entry import PREEMPTED_EXIT
+from orchestrator.cluster.options import load_options
 from orchestrator.cluster.query import SlurmError
 from orchestrator.launch.baseline_ledger import baseline_ledger, baselines_settled
 from orchestrator.launch.intents import submit_jobs
@@ -39,6 +40,7 @@ from orchestrator.launch.ledger import (
 )
 from orchestrator.launch.reconcile import refresh, settle_intents
 from orchestrator.status.outcomes import objective_fields
+from orchestrator.watch.retention import FINAL_EXPORT, keep_final_export
 from record.rundir import RunDir, read_json
 from trainer.collapse import read_verdict
 
@@ -216,11 +218,24 @@ class Watcher:
             # the gradient its training computed and the code that did (trainer/fingerprint.py), beside the verdict
             record["objective"] = objective_fields(read_json(RunDir(record["run_dir"]).objective))
             finish(record, action.status, action.reason, now)
+            if action.do == "complete" and action.status == "completed" and ledger is self.ledger:
+                self._retain(record, now)  # the evaluation succeeded: only now may checkpoints go
             ledger.save(record)
             return
         note(record, action.do, action.reason, now)
         kinds = ("train", "eval") if action.do == "resubmit" and action.kind == "train" else ("eval",)
         submit_jobs(self.backend, ledger, [record], kinds)
+
+    def _retain(self, record: dict, now: float) -> None:
+        """The profile's checkpoint_retention (recorded in submission.json) on a cell just settled as evaluated."""
+        if load_options(self.ledger.sweep_dir).checkpoint_retention != FINAL_EXPORT:
+            return
+        try:
+            freed, said = keep_final_export(record["run_dir"])
+        except OSError as err:  # a file that will not go is disk left used, never a failed poll
+            freed, said = 0, f"checkpoint retention failed: {err}"
+        record["retention"] = {"policy": FINAL_EXPORT, "freed_bytes": freed, "at": now}
+        note(record, "retention", said, now)
 
     def _start_queued(self, records: dict[str, dict]) -> None:
         live = sum(1 for r in records.values() for k in KINDS if (j := latest(r, k)) and j["state"] in LIVE)
