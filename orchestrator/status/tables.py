@@ -15,6 +15,7 @@ from orchestrator.status import outcomes
 from orchestrator.status.baselines import baseline_rows
 from orchestrator.status.cells import cell_rows
 from orchestrator.status.current import read
+from orchestrator.status.digest import SUMMARY_ABOVE, digest
 from record.identity import format_value
 
 METRICS = ("train/reward_mean", "train/kl_k1", "val/pass_at_1", "train/response_length")  # shown when present
@@ -113,14 +114,20 @@ def fit(widths: list[int], priority: list[int], total: int, flexible: int | None
 
 
 def render(sweep_dir: Path, width: int, records: dict[str, dict] | None = None, watcher: dict | None = None,
-           bases: dict[str, dict] | None = None) -> Group:
-    """The tables (and the watcher's line, orchestrator/status/watcher.py `status_of`); `records` None: read now."""
+           bases: dict[str, dict] | None = None, everything: bool = False) -> Group:
+    """The tables (and the watcher's line, orchestrator/status/watcher.py `status_of`); `records` None: read now.
+    Above SUMMARY_ABOVE cells, the digest (orchestrator/status/digest.py) instead of the cells and configurations
+    tables, unless `everything`."""
     if records is None:
         records, watcher, bases = read(sweep_dir)
     data, base_rows = cell_rows(records), baseline_rows(bases or {})
+    if everything or len(data) <= SUMMARY_ABOVE:
+        cells = [table(sweep_dir, data, width), summary_table(data, width)]
+    else:
+        cells = [digest(sweep_dir.name, data, width, lambda rows: table(sweep_dir, rows, width))]
     settings = [f"{line} ({n} cell(s))" for line, n in outcomes.evaluation_settings(data)]
     splits = outcomes.split_lines(outcomes.split_objectives(data))
-    return Group(table(sweep_dir, data, width), summary_table(data, width),
+    return Group(*cells,
                  *([Text("cells of one configuration trained under different gradients (the code changed between "
                          "launches; `orchestrate sweep ... --rerun-changed` trains the old ones again):\n  "
                          + "\n  ".join(splits), style="bold red")] if splits else []),
