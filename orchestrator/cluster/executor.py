@@ -269,5 +269,21 @@ def submit_watcher(fn, sweep_dir: Path, kwargs: dict, params: dict, code: str, d
         raise SlurmError(f"sbatch of the watcher job failed: {str(err).strip()[:500]}") from None
 
 
+def submit_probe(fn, arg: str, folder: Path, params: dict, name: str, code: str, options: Options) -> Submitted:
+    """A preflight probe job (orchestrator/preflight/probes.py): `fn(arg)` under the parameters of the array it
+    stands for, with the prologue, interpreter and environment its cells get; never requeued."""
+    ex = submitit.SlurmExecutor(folder=Path(folder).absolute() / "%j", max_num_timeout=0,
+                                python=options.interpreter())
+    site, extra = options.site_params()
+    ex.update_parameters(**params, **site, job_name=name, setup=options.setup(code),
+                         additional_parameters={**extra, "no-requeue": True})
+    try:
+        with submitting_with(options.environment):
+            job = ex.submit(fn, arg)
+    except (FailedJobError, FailedSubmissionError, OSError) as err:
+        raise SlurmError(f"sbatch of the preflight probe {name} failed: {str(err).strip()[:500]}") from None
+    return Submitted(job.job_id, str(job.paths.stdout), str(job.paths.stderr))
+
+
 def watcher_name(sweep_dir: Path) -> str:
     return f"{Path(sweep_dir).name}-watcher"

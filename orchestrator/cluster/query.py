@@ -185,6 +185,14 @@ def squeue_by_names(names: list[str]) -> dict[str, list[JobRow]]:
     return parse_squeue(_run(["squeue", "-h", f"--name={','.join(sorted(set(names)))}", "-o", "%i|%j|%T|%V|%r"]))
 
 
+def squeue_by_ids(job_ids: list[str]) -> dict[str, list[JobRow]]:
+    """The live ones of these jobs as squeue sees them now: its pending reason is current where sacct's may still
+    say None (a job pending on a DOWN partition)."""
+    if not job_ids:
+        return {}
+    return parse_squeue(_run(["squeue", "-h", "-j", ",".join(sorted(set(job_ids))), "-o", "%i|%j|%T|%V|%r"]))
+
+
 def find_by_names(names: list[str], since: float) -> dict[str, list[JobRow]]:
     """Jobs with these names, live (squeue) or ended (sacct, submitted after `since`): name -> rows.
     What an orchestrator killed mid-submission may have left behind."""

@@ -34,8 +34,8 @@ from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import Plan, make_plan, summary_lines
 from orchestrator.launch.probed import PROBE_TAG, probe_trained
 from orchestrator.launch.submit import launch
+from orchestrator.preflight.run import preflight
 from orchestrator.preflight.table import print_rows
-from orchestrator.preflight.testonly import rows as preflight_rows
 from orchestrator.sweep.expand import Sweep, load_sweep
 from orchestrator.sweep.memory import plan_report
 from orchestrator.tracking.check import check_stores, sqlite_written_by_jobs
@@ -130,8 +130,8 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"each objective's bias on the toy model: orchestrate validate {again}", soft_wrap=True)
         out.print(f"next, ask Slurm about every job before submitting: orchestrate preflight {again}", soft_wrap=True)
         return 0
-    if args.preflight:  # Slurm's verdict on every job first (orchestrator/preflight/): nothing written before
-        found = preflight_rows(sweep, plan)
+    if args.preflight:  # Slurm's verdict on every job, then the probes (orchestrator/preflight/): only preflight/
+        found = preflight(sweep, plan, say=lambda group, state: out.print(f"probe {group}: {state}"))
         print_rows(out, sweep.name, found)
         if not all(r.ok for r in found):
             return 1
@@ -162,7 +162,8 @@ def run(args: argparse.Namespace) -> int:
     sweep_dir = Path(os.path.abspath(done.sweep_dir))  # no `..` left: the launch directory may be renamed
     options = first_launch(sweep_dir, Options(
         executor=executor, signal_delay_s=delay, requeue=not args.no_requeue, train_entry=args.train_entry,
-        eval_entry=args.eval_entry, data_dir=str(resolver.data), site=sweep.profile.site.to_dict()))
+        eval_entry=args.eval_entry, data_dir=str(resolver.data), site=sweep.profile.site.to_dict(),
+        checkpoint_retention=sweep.profile.checkpoint_retention))
     backend = make_backend(sweep_dir, options)
     starter = None if args.no_watcher else Starter(
         sweep_dir, watcher_params(sweep.profile), args.max_retries, args.poll or DEFAULT_POLL_S,

@@ -11,7 +11,7 @@ def print_rows(out, name: str, found: list) -> None:
     """The rows as one table (as `status` prints), then how many passed."""
     failed = [r for r in found if not r.ok]
     table = Table(title=f"preflight {name}")
-    for col in ("check", "group", "result", "Slurm's words / fix"):
+    for col in ("check", "group", "result", "what Slurm or the node says / fix"):
         table.add_column(col)
     for r in found:
         table.add_row(r.check, r.group, Text("pass", "green") if r.ok else Text("FAIL", "bold red"),

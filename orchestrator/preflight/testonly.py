@@ -44,6 +44,11 @@ def test_only(args: list[str], script: str | None = None) -> tuple[bool, str]:
     return done.returncode == 0, words
 
 
+def watcher_flags(profile) -> list[str]:
+    """The watcher job's parameters as sbatch flags (asked here, and from the watcher's node by its probe)."""
+    return [f"--{k.replace('_', '-')}={v}" for k, v in watcher_params(profile).items()]
+
+
 def rows(sweep: Sweep, plan: Plan, python: str | None = None, data_dir: str | None = None) -> list[Row]:
     """One row per array of the plan and one for the watcher (unless the profile runs none)."""
     out = []
@@ -53,8 +58,6 @@ def rows(sweep: Sweep, plan: Plan, python: str | None = None, data_dir: str | No
         script = "\n".join(line for line in script.splitlines() if not line.startswith("#SBATCH --dependency"))
         ok, words = test_only([], script)
         out.append(Row("sbatch --test-only", group.name, ok, words, "" if ok else fix_for(words)))
-    params = watcher_params(sweep.profile)
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in params.items()]
-    ok, words = test_only([*flags, "--ntasks=1", "--cpus-per-task=1", "--wrap=true"])
+    ok, words = test_only([*watcher_flags(sweep.profile), "--ntasks=1", "--cpus-per-task=1", "--wrap=true"])
     out.append(Row("sbatch --test-only", "watcher", ok, words, "" if ok else fix_for(words)))
     return out
