@@ -6,6 +6,12 @@ nodes read) or into a directory of its own (`into`), where `comedy-model.json` r
 (`tiny`, `smollm2-135m-instruct`) are built into the project's cache (trainer/model_source.py); a local directory is
 checked. Each model is one `Fetched` line; a gated model says how to get access. Submission then checks the same
 files (orchestrator/cluster/paths.py) and jobs run with HF_HUB_OFFLINE=1.
+
+A download says where it is, file by file: the hub's own dry run lists what is missing (name, size), each file is
+fetched in turn with `hf_hub_download` (its bytes reported to `progress` as they arrive, a line to `say` when it is
+done: `[2/4] model.safetensors 15.2 MB (15.9 MB of 16.0 MB)`), then `snapshot_download` finds them all present and
+records the revision. tests/unit/test_models_fetch_http.py runs this against a local server in the hub's URL layout
+(HF_ENDPOINT), with huggingface_hub's real client.
 """
 
 from __future__ import annotations
@@ -17,7 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import huggingface_hub
-from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HFValidationError, RepositoryNotFoundError
+from huggingface_hub.errors import (
+    DryRunError,
+    GatedRepoError,
+    HfHubHTTPError,
+    HFValidationError,
+    RepositoryNotFoundError,
+)
 
 from orchestrator.cluster.paths import NAMED_MODELS, hub_snapshot, missing_parts
 from record.weights import write_record
@@ -25,6 +37,9 @@ from record.weights import write_record
 # What a job reads of a hub model: its config, tokenizer and generation files, and the weights (safetensors only:
 # the .bin/.pth copies some repositories also carry would double the download).
 PATTERNS = ["*.json", "*.safetensors", "tokenizer.model", "*.tiktoken", "*.txt", "*.jinja"]
+# What a download reports of the file in flight: (its label, e.g. "Org/Model [2/4] model.safetensors", bytes done,
+# its size in bytes or 0 when the hub did not say).
+Progress = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True)
@@ -34,12 +49,14 @@ class Fetched:
     said: str  # what happened, or what to do
 
 
-def fetch_models(names: list[str], into: Path | None = None, say: Callable[[str], None] = print) -> list[Fetched]:
+def fetch_models(names: list[str], into: Path | None = None, say: Callable[[str], None] = print,
+                 progress: Progress | None = None) -> list[Fetched]:
     """Each distinct model made present (see the module docstring), in the order named."""
-    return [fetch_model(name, into, say) for name in dict.fromkeys(names)]
+    return [fetch_model(name, into, say, progress) for name in dict.fromkeys(names)]
 
 
-def fetch_model(name: str, into: Path | None, say: Callable[[str], None]) -> Fetched:
+def fetch_model(name: str, into: Path | None, say: Callable[[str], None],
+                progress: Progress | None = None) -> Fetched:
     if name in NAMED_MODELS:
         from trainer.model_source import resolve  # noqa: PLC0415 - torch/transformers: only for the project's own
 
@@ -55,17 +72,22 @@ def fetch_model(name: str, into: Path | None, say: Callable[[str], None]) -> Fet
         return Fetched(name, str(cached), "already in the Hugging Face cache")
     if target is not None and target.is_dir() and not missing_parts(target):
         return Fetched(name, str(target), "already fetched")
-    return _download(name, target, say)
+    return _download(name, target, say, progress)
 
 
-def _download(name: str, target: Path | None, say: Callable[[str], None]) -> Fetched:
+def _download(name: str, target: Path | None, say: Callable[[str], None], progress: Progress | None) -> Fetched:
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
         return Fetched(name, None, "HF_HUB_OFFLINE is set here: run this on a login node that reaches the hub, "
                                    "without HF_HUB_OFFLINE")
     say(f"{name}: downloading config, tokenizer and weights"
         + (f" into {target}" if target else " into the Hugging Face cache"))
     try:
-        path = huggingface_hub.snapshot_download(name, allow_patterns=PATTERNS, local_dir=target)
+        try:
+            _each_file(name, target, say, progress)
+            path = huggingface_hub.snapshot_download(name, allow_patterns=PATTERNS, local_dir=target,
+                                                     tqdm_class=_reporter("", None))
+        except DryRunError as err:  # the dry run wraps what the hub answered (gated, not found, unreachable)
+            raise err.__cause__ or err from None
     except GatedRepoError:
         return Fetched(name, None, access_hint(name, "gated"))
     except (RepositoryNotFoundError, HFValidationError):
@@ -84,6 +106,51 @@ def _download(name: str, target: Path | None, say: Callable[[str], None]) -> Fet
     size = f"{len(files)} files, {sum(f.stat().st_size for f in files) / 1e6:,.1f} MB"
     return Fetched(name, None if missing else str(path),
                    f"downloaded ({size}), but lacking {', '.join(missing)}" if missing else f"downloaded ({size})")
+
+
+def _each_file(name: str, target: Path | None, say: Callable[[str], None], progress: Progress | None) -> None:
+    """Download the files the hub's dry run says are missing, one at a time, reporting each."""
+    listed = huggingface_hub.snapshot_download(name, allow_patterns=PATTERNS, local_dir=target, dry_run=True,
+                                               tqdm_class=_reporter("", None))  # our lines, not its bars
+    todo = sorted((f for f in listed if f.will_download), key=lambda f: f.filename)
+    total, done = sum(f.file_size or 0 for f in todo), 0
+    for i, f in enumerate(todo, 1):
+        label = f"{name} [{i}/{len(todo)}] {f.filename}"
+        huggingface_hub.hf_hub_download(name, f.filename, revision=f.commit_hash, local_dir=target,
+                                        tqdm_class=_reporter(label, progress))
+        done += f.file_size or 0
+        say(f"  [{i}/{len(todo)}] {f.filename} {human_size(f.file_size or 0)} ({human_size(done)} of "
+            f"{human_size(total)})")
+
+
+def human_size(size: int) -> str:
+    """Bytes as a person reads them: 19 B, 7.3 kB, 15,231.0 MB."""
+    return f"{size} B" if size < 1000 else f"{size / 1e3:.1f} kB" if size < 1e6 else f"{size / 1e6:,.1f} MB"
+
+
+def _reporter(label: str, progress: Progress | None) -> type:
+    """A stand-in for the tqdm class huggingface_hub draws a file's bar with: it hands the bytes to `progress`."""
+    report = progress or (lambda *_: None)
+
+    class Reporter:
+        def __init__(self, *args, total: int | None = None, initial: int = 0, **kwargs):
+            self.n, self.total = initial or 0, total or 0
+            report(label, self.n, self.total)
+
+        def update(self, n: int | float | None = 1) -> None:
+            self.n += int(n or 0)
+            report(label, self.n, self.total)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc) -> bool:
+            return False
+
+        def __getattr__(self, attr: str):  # the rest of tqdm's API (close, refresh, set_postfix_str, ...): nothing
+            return lambda *args, **kwargs: None
+
+    return Reporter
 
 
 def access_hint(name: str, why: str) -> str:

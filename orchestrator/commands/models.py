@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
 from orchestrator.cluster.fetch import fetch_models
 from orchestrator.console import console
 from orchestrator.sweep.expand import load_sweep
@@ -40,7 +42,17 @@ def run(args: argparse.Namespace) -> int:
     sweep = load_sweep(args.sweep, args.overrides)
     names = [c.config.model.name_or_path for c in sweep.cells]
     names += [b.config.model.name_or_path for b in sweep.baselines]
-    results = fetch_models(names, args.dir, say=lambda line: out.print(line, soft_wrap=True))
+    # A bar for the file in flight (a terminal only); each file's line, printed when it is done, stays in a log too.
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn())
+    with Progress(*columns, console=out, transient=True, disable=not out.is_terminal) as bar:
+        tasks: dict[str, int] = {}
+
+        def show(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(label, total=total or None)
+            bar.update(tasks[label], completed=done, total=total or None, visible=done < total or not total)
+
+        results = fetch_models(names, args.dir, say=lambda line: out.print(line, soft_wrap=True), progress=show)
     for r in results:
         out.print(f"{r.model}: {r.said}" + (f" ({r.path})" if r.path else ""), soft_wrap=True)
     missing = [r for r in results if r.path is None]

@@ -1,6 +1,6 @@
 """`orchestrate models fetch` (orchestrator/cluster/fetch.py): what can be tested without a hub. A cached model is
-found offline, a local directory is checked whole, a gated or unreachable model says what to do, and a model
-fetched into a directory of its own is the same model as its hub id for a cell's identity."""
+found offline, a local directory is checked whole, a gated or unreachable model says what to do. A real download
+(huggingface_hub's client against a local server in the hub's layout) is tests/unit/test_models_fetch_http.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import GatedRepoError
 
 from orchestrator.cluster.fetch import fetch_models
-from record.weights import model_identity
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,28 +53,6 @@ def test_a_gated_model_says_how_to_get_access(tmp_path, monkeypatch):
     [got] = fetch_models(["meta-llama/Llama-3.1-8B-Instruct"], say=lambda _: None)
     assert got.path is None and "accept its licence at https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct" in \
         got.said and "huggingface-cli login" in got.said
-
-
-def test_a_model_fetched_into_a_directory_is_its_hub_id_for_identity(tmp_path, monkeypatch):
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    calls = []
-
-    def download(repo_id, allow_patterns, local_dir):  # what the hub client writes, without a hub
-        calls.append((repo_id, tuple(allow_patterns)))
-        for name in ("config.json", "tokenizer.json", "model.safetensors"):
-            (Path(local_dir) / name).parent.mkdir(parents=True, exist_ok=True)
-            (Path(local_dir) / name).write_text('{"hidden_size": 8}')
-        return str(local_dir)
-
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", download)
-    lines: list[str] = []
-    [got] = fetch_models(["Qwen/Qwen2.5-7B"], into=tmp_path / "models", say=lines.append)
-    assert got.path == str(tmp_path / "models" / "Qwen--Qwen2.5-7B") and got.said.startswith("downloaded (")
-    assert got.said.endswith(" files, 0.0 MB)"), got.said  # what it fetched, counted: files and bytes
-    assert model_identity(got.path) == model_identity("Qwen/Qwen2.5-7B") == "hub:Qwen/Qwen2.5-7B"
-    assert "*.safetensors" in calls[0][1] and "downloading" in lines[0]
-    [again] = fetch_models(["Qwen/Qwen2.5-7B"], into=tmp_path / "models", say=lines.append)
-    assert again.said == "already fetched" and len(calls) == 1
 
 
 def test_the_command_exits_2_naming_what_is_missing(tmp_path):
