@@ -30,7 +30,7 @@ from trainer.rollout import ENGINES as ROLLOUT_ENGINES
 
 TINY_MODEL = "tiny"  # model.name_or_path of the project's own tiny CPU model (trainer/tiny_model.py)
 DTYPES = ("bf16", "fp32", "auto")
-DATASETS = ("math", "countdown", "tiny", "fractions")
+DATASETS = ("math", "countdown", "tiny", "fractions", "small_sums")
 ENGINES = tuple(ROLLOUT_ENGINES)  # rollout.engine; eval.backend takes the same two names (lm-eval's)
 # The five final-evaluation tasks of 4.1, the held-out Countdown set of 4.2, and the tiny model's splits.
 EVAL_TASKS = ("math500", "math_squared", "mmlu_college_physics", "mmlu_college_chemistry",

@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer import fraction_task, tiny_task
+from trainer import fraction_task, small_sums_task, tiny_task
 from trainer.config import DataConfig
 
 # The instruction appended to each problem (verl's MATH recipe; the tiny model was warm-started with its own).
@@ -21,7 +21,11 @@ PROMPT_SUFFIX = {
     "countdown": " Show your work, then give the final expression within \\boxed{}.",
     "tiny": "",
     "fractions": " Give the final answer within \\boxed{}.",
+    "small_sums": "",  # its instruction is the worked examples below
 }
+# Worked examples shown before the problem as earlier (user, assistant) chat turns: a 135M instruct model copies a
+# format it is shown where it ignores one it is told (docs/real-model.md).
+FEW_SHOT = {"small_sums": small_sums_task.SHOTS}
 
 
 class DataError(ValueError):
@@ -34,6 +38,10 @@ DEFAULT_FILES = {("math", "train"): "math_train.jsonl", ("math", "test"): "math_
                  ("countdown", "test"): "countdown_heldout.jsonl"}
 
 
+# Tasks generated inside the job, no files to prepare: dataset -> its module (SPLITS, make_split(split, n, seed)).
+GENERATED = {"tiny": tiny_task, "fractions": fraction_task, "small_sums": small_sums_task}
+
+
 def data_dir() -> Path:
     """$COMEDY_DATA, else <repo>/data: where `orchestrate data prepare` writes."""
     return Path(os.environ.get("COMEDY_DATA") or Path(__file__).resolve().parents[1] / "data")
@@ -42,10 +50,9 @@ def data_dir() -> Path:
 def load_examples(cfg: DataConfig, split: str) -> list[dict]:
     """The examples of `split` ('train' or the validation split) as dicts with at least 'problem' and 'answer'."""
     path = cfg.train_path if split == "train" else cfg.val_path
-    if cfg.dataset == "tiny" and path is None:
-        return tiny_task.make_split(split if split in tiny_task.SPLITS else "test", seed=0)
-    if cfg.dataset == "fractions" and path is None:  # generated, like tiny: no files to prepare
-        return fraction_task.make_split(split if split in fraction_task.SPLITS else "test", seed=0)
+    task = GENERATED.get(cfg.dataset)
+    if task is not None and path is None:
+        return task.make_split(split if split in task.SPLITS else "test", seed=0)
     if path is None and (cfg.dataset, split) in DEFAULT_FILES:
         path = str(data_dir() / DEFAULT_FILES[(cfg.dataset, split)])
     if path is None:
@@ -82,9 +89,12 @@ class PromptOrder:
 
 
 def prompt_text(tokenizer, example: dict, dataset: str, chat_template: bool) -> str:
-    """The exact text the policy is conditioned on: the problem, its instruction, and the chat template if on."""
+    """The exact text the policy is conditioned on: the dataset's worked examples if any, the problem, its
+    instruction, and the chat template if on (the examples as earlier turns; without it, as lines before)."""
     content = example["problem"] + PROMPT_SUFFIX.get(dataset, "")
+    shots = FEW_SHOT.get(dataset, ())
     if not chat_template:
-        return content
-    return tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
+        return "".join(f"{q}\n{a}\n\n" for q, a in shots) + content
+    turns = [{"role": role, "content": text} for q, a in shots for role, text in (("user", q), ("assistant", a))]
+    return tokenizer.apply_chat_template(turns + [{"role": "user", "content": content}], tokenize=False,
                                          add_generation_prompt=True)

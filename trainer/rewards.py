@@ -151,6 +151,7 @@ REWARD_FNS: dict[str, Callable[[str, dict], float]] = {
     "tiny": lambda completion, example: tiny_reward(completion, example["answer"]),
     "countdown": countdown_reward,
     "fractions": lambda completion, example: math_reward(completion, example["answer"]),  # Math-Verify on the path
+    "small_sums": lambda completion, example: math_reward(completion, example["answer"]),  # `3/2` for \frac{3}{2}
 }
 
 
