@@ -32,7 +32,7 @@ from huggingface_hub import try_to_load_from_cache
 
 from eval import taskfiles
 from trainer.config import TINY_MODEL, RunConfig
-from trainer.data import DEFAULT_FILES, data_dir
+from trainer.data import DEFAULT_FILES, GENERATED, data_dir
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout this code runs from
 NAMED_MODELS = (TINY_MODEL, "smollm2-135m-instruct")  # built in the project's cache (trainer/model_source.py)
@@ -68,8 +68,8 @@ class Resolver:
         needed = key == "train_path" or config.data.val_every > 0
         if given is None:
             default = DEFAULT_FILES.get((dataset, split))
-            if default is None:  # the tiny task is generated in the job; other sets need a file
-                if dataset != "tiny" and needed:
+            if default is None:  # generated tasks (tiny, fractions, ...) need no file
+                if dataset not in GENERATED and needed:
                     self._note(f"data.{key}: not set, and dataset {dataset!r} has no default file for split "
                                f"{split!r}; set data.{key} to a jsonl file with problem and answer fields")
                 return None
