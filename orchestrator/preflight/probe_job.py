@@ -47,9 +47,9 @@ def probe(spec_file: str) -> dict:
     return report
 
 
-def imports() -> list[dict]:
+def imports(names: tuple[str, ...] = IMPORTS) -> list[dict]:
     out = []
-    for name in IMPORTS:
+    for name in names:
         try:
             module = importlib.import_module(name)
         except Exception as err:  # noqa: BLE001 - any failure to import is the row (a missing .so, a CUDA mismatch)

@@ -19,8 +19,8 @@ NEVER = ("PartitionDown", "PartitionInactive", "PartitionTimeLimit", "PartitionN
 
 
 def words(row: JobRow | None) -> str:
-    if row is None or row.state == "PENDING":
-        return f"queued (Slurm: {row.reason if row and row.reason else 'submitted'})"
+    if row is None or row.state == "PENDING":  # "None": Slurm has not looked at it yet
+        return f"queued (Slurm: {row.reason if row and row.reason not in ('', 'None') else 'submitted'})"
     if row.state == "RUNNING":
         return f"running on {row.node}"
     return f"done ({row.state})" if row.state == "COMPLETED" else f"ended {row.state} ({row.exit_code})"

@@ -37,7 +37,7 @@ def only_preflight(sweep_dir: Path) -> None:
 
 def test_preflight_passes_a_good_sweep_with_its_probes(slurm_cluster, sweep_args, tmp_path):
     name, args, sweep_dir = sweep_args
-    good = orchestrate("preflight", *args, "--json", "--probe-timeout", "120", cwd=tmp_path)
+    good = orchestrate("preflight", *args, "--json", "--probe-timeout", "300", cwd=tmp_path, timeout=400)
     assert good.returncode == 0, good.stdout + good.stderr
     rows = rows_of(good)
     assert all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
@@ -118,8 +118,8 @@ def test_preflight_probes_name_each_fault(slurm_cluster, sweep_args, tmp_path, n
     done = orchestrate("preflight", *args, f"sweep.output_root={nearly_full}", f"data.train_path={missing}",
                        f"model.name_or_path={weightless_model(tmp_path)}",
                        f"tracking.tracking_uri=http://127.0.0.1:{dead_port()}",
-                       f"sweep.slurm.overrides.watcher.partition={down_partition}", "--json", "--probe-timeout", "120",
-                       cwd=tmp_path)
+                       f"sweep.slurm.overrides.watcher.partition={down_partition}", "--json", "--probe-timeout", "300",
+                       cwd=tmp_path, timeout=400)
     assert done.returncode == 1, done.stdout + done.stderr
     rows = rows_of(done)
     failed = {(r["group"], r["check"].split()[0]) for r in rows if not r["ok"]}

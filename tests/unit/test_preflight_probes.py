@@ -10,12 +10,18 @@ from pathlib import Path
 
 from orchestrator.cluster.query import JobRow
 from orchestrator.launch.plan import make_plan
-from orchestrator.preflight.probe_job import data_check, disk_check, model_check
+from orchestrator.preflight.probe_job import data_check, disk_check, imports, model_check
 from orchestrator.preflight.probes import PROBE_TIME_MIN, plan_probes, report_rows
 from orchestrator.preflight.wait import hopeless, words
 from orchestrator.sweep.expand import load_sweep
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def test_an_import_that_fails_is_its_own_row():
+    ok, missing = imports(("json", "no_such_module_for_preflight"))
+    assert ok["ok"] and ok["check"] == "import json"
+    assert not missing["ok"] and "ModuleNotFoundError" in missing["words"] and "make setup-gpu" in missing["fix"]
 
 
 def test_model_check_reads_the_files_and_names_what_is_missing(tmp_path):
@@ -76,6 +82,7 @@ def test_a_report_becomes_rows_and_a_probe_without_one_says_why(tmp_path):
 def test_a_probe_state_is_said_and_a_down_partition_ends_the_wait():
     assert words(None) == "queued (Slurm: submitted)"
     assert words(JobRow("1", "p", "PENDING", reason="Priority")) == "queued (Slurm: Priority)"
+    assert words(JobRow("1", "p", "PENDING", reason="None")) == "queued (Slurm: submitted)"
     assert words(JobRow("1", "p", "RUNNING", node="n1")) == "running on n1"
     assert words(JobRow("1", "p", "COMPLETED")) == "done (COMPLETED)"
     assert hopeless(JobRow("1", "p", "PENDING", reason="PartitionDown"))
