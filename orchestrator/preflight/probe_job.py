@@ -80,8 +80,9 @@ def gpus_check(asked: int) -> dict:
                      "the jobs' torch cannot see the GPUs: check the driver and the site's module loads")
     where = os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
     return check("gpus", visible >= asked, f"{visible} visible (CUDA_VISIBLE_DEVICES={where}), {asked} asked per node",
-                 "the job sees fewer GPUs than it asks for: check gpus_per_node, the site's gres form "
-                 "(site.gpus_as_gres) and the partition's GPUs (`sinfo -o '%P %G'`)")
+                 "each task must see every GPU of its node (the trainer takes cuda:LOCAL_RANK): check "
+                 "gpus_per_node, the site's GPU request form and srun flags (site:, no per-task GPU binding) and the "
+                 "partition's GPUs (`sinfo -o '%P %G'`)")
 
 
 def model_check(name: str) -> dict:
