@@ -29,7 +29,7 @@ def orchestrate(*args: str, cwd: Path, timeout: float = 900) -> subprocess.Compl
 def test_a_baseline_runs_once_and_status_and_report_show_what_it_wrote(tmp_path):
     args = [str(REPO / "sweeps" / "smoke.yaml"), f"sweep.output_root={tmp_path}", "sweep.name=based",
             "sweep.grid=[{kl.estimator: k1, kl.placement: reward}]", "sweep.baselines=[{model: tiny}]",
-            "optim.steps=2", "eval.tasks=[tiny]", "eval.k=2",
+            "optim.steps=2", "eval.tasks=[tiny]", "eval.k=2", "eval.limit=8",  # what is shown, not how well
             f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}", "--executor", "local", "--poll", "1"]
     start = time.monotonic()
     done = orchestrate("sweep", *args, cwd=tmp_path)
