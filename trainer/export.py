@@ -29,7 +29,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-import yaml
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from record.rundir import EXPORT_MARKER, RunDir, step_of, tag_for
@@ -64,10 +63,10 @@ def checkpoint_step(run_dir: Path, step: int | None = None) -> int:
 
 
 def load_run_config(run_dir: Path) -> RunConfig:
-    path = RunDir(run_dir).config
-    if not path.exists():
-        raise ExportError(f"{path} does not exist; {run_dir} is not a run directory")
-    return RunConfig.from_dict(yaml.safe_load(path.read_text()))
+    data = RunDir(run_dir).read_config()  # config.yaml, else its array's file (a run no job started yet)
+    if data is None:
+        raise ExportError(f"{RunDir(run_dir).config} does not exist; {run_dir} is not a run directory")
+    return RunConfig.from_dict(data)
 
 
 def export_hf(run_dir: Path, step: int | None = None) -> Path:

@@ -1,5 +1,6 @@
 """How a Slurm (or local) job calls its entry: "module:function" resolved in the job's own interpreter, which puts
 the code snapshot first on its path, then called with the run dir; an evaluation's result is kept beside the run.
+A job first writes its run dir's config.yaml from its array's file when the orchestrator left none (issue 25).
 The entries themselves (`train_job`, `eval_job`, the probes) are orchestrator/jobs.py.
 
 submitit pickles `TrainJob(entry)` / `EvalJob(entry)` (orchestrator/cluster/executor.py, the only module that imports
@@ -41,6 +42,8 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def run_train(entry: str, run_dir: str):
+    # every rank: a rank that reads config.yaml before rank 0 wrote it would not find it (the same text by rename)
+    RunDir(run_dir).ensure_config()
     if is_rank0():  # what this launch was given, to compare with a resubmission's (orchestrator/cluster/environment.py)
         record_job_environment(Path(run_dir), "train")
     return resolve_entry(entry)(Path(run_dir))
@@ -49,6 +52,7 @@ def run_train(entry: str, run_dir: str):
 def run_eval(entry: str, run_dir: str):
     """Evaluate, and keep the result beside the run (what `orchestrate status` shows)."""
     quiet_job_log()
+    RunDir(run_dir).ensure_config()
     if is_rank0():
         record_job_environment(Path(run_dir), "eval")
     result = resolve_entry(entry)(Path(run_dir))

@@ -1,15 +1,18 @@
-"""Run directories and the sweep manifest: the only files `orchestrate sweep` writes before submission.
+"""Run configs and the sweep manifest: the only files `orchestrate sweep` writes before submission.
 
-`<output_root>/<sweep>/<run_key>/config.yaml` holds the cell's RESOLVED run config: a queued job reads it and
-nothing else, so editing the sweep file or a config group later never changes a job already planned (the lazy
-composition of Hydra's launcher does exactly that). `<output_root>/<sweep>/manifest.json` records the resolved
-sweep, its cells and plan, the git commit and diff of the code, and the orchestrator's version. Every file is
-written whole or not at all (temp file + os.replace), which is safe on NFS for a single writer.
+`<output_root>/<sweep>/configs/<array>.json` holds the RESOLVED run config of every cell of one array (issue 25:
+one file and one fsync per array, not per cell); a job writes its `<run_key>/config.yaml` from it at its start
+(record/rundir.py `ensure_config`) and reads nothing else, so editing the sweep file or a config group later never
+changes a job already planned (the lazy composition of Hydra's launcher does exactly that).
+`<output_root>/<sweep>/manifest.json` records the resolved sweep, its cells and plan, the git commit and diff of
+the code, and the orchestrator's version. Every file is written whole or not at all (temp file + os.replace),
+which is safe on NFS for a single writer.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -23,10 +26,11 @@ from orchestrator.launch.baseline_ledger import sweep_baselines_dir
 from orchestrator.launch.plan import Plan
 from orchestrator.sweep.baselines import identity
 from orchestrator.sweep.expand import Sweep
+from record.config_table import pack, unpack
 from record.errors import ConfigError, UserError
 from record.identity import run_key
 from record.run_names import sweep_params
-from record.rundir import RunDir, atomic_write
+from record.rundir import RunDir, atomic_write, config_tables_dir, config_text, read_config_tables, write_config_table
 from trainer.config import RunConfig
 
 
@@ -40,9 +44,11 @@ class Materialised:
 
 
 def materialise(sweep: Sweep, plan: Plan, root: str | Path | None = None) -> Materialised:
-    """Write each cell's config.yaml and the manifest. An existing run's config.yaml is rewritten only where
-    what it evaluates or its machinery changed (never what it computes: that is another run_key, and never its
-    tracking: a resumed run keeps logging where it started); a running job takes it at its next start."""
+    """Write each array's run configs (one file per array, `<sweep dir>/configs/<array>.json`) and the manifest.
+    A cell's config.yaml is its job's to write at its start (record/rundir.py `ensure_config`); where one is
+    there already (a started run, a legacy sweep), it is rewritten only where what it evaluates or its machinery
+    changed (never what it computes: that is another run_key, and never its tracking: a resumed run keeps logging
+    where it started); a running job takes it at its next start."""
     sweep_dir = Path(root if root is not None else sweep.spec.output_root) / sweep.name
     try:
         return _materialise(sweep, plan, sweep_dir)
@@ -51,38 +57,90 @@ def materialise(sweep: Sweep, plan: Plan, root: str | Path | None = None) -> Mat
                         f"writable directory (on a cluster: one every node can read)") from None
 
 
-# libyaml's dumper when PyYAML has it: 4x faster, and byte-identical on every cell of sweeps/ (measured), so a
-# rerun still finds its files unchanged whichever one wrote them.
-_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
 def _materialise(sweep: Sweep, plan: Plan, sweep_dir: Path) -> Materialised:
-    written = unchanged = kept = updated = 0
+    counts = dict.fromkeys(("written", "unchanged", "kept", "updated"), 0)
+    started = _with_config(sweep_dir, {c.run_key for c in sweep.cells})
+    group_of = {i: g.name for g in plan.train for i in g.cells}
+    arrays: dict[str, dict[str, dict]] = {}
     for cell in sweep.cells:
-        path = RunDir(sweep_dir / cell.run_key).config
-        text = yaml.dump(cell.config.to_dict(), Dumper=_DUMPER, sort_keys=False)
-        if not path.exists():
-            atomic_write(path, text)
-            written += 1
-            continue
-        existing = path.read_text(encoding="utf-8")
-        if existing == text:
-            unchanged += 1
-            continue
-        old = _same_training(existing, cell)
-        if old is None:
-            raise UserError(f"{path}: holds a run config that trains something else than run_key {cell.run_key} "
-                            f"names; it was edited by hand or is corrupt. Move that run dir away and run this again.")
-        data = {**cell.config.to_dict(), "tracking": old.get("tracking", {})}
-        ours = yaml.dump(data, Dumper=_DUMPER, sort_keys=False)
-        if ours == existing or data == old:
-            kept += 1
-            continue
-        atomic_write(path, ours)
-        updated += 1
+        data = cell.config.to_dict()
+        arrays.setdefault(group_of.get(cell.index, "cells"), {})[cell.run_key] = data
+        if cell.run_key in started:
+            counts[_rewrite_started(RunDir(sweep_dir / cell.run_key).config, cell, data)] += 1
+    tables, packed = read_config_tables(sweep_dir), {name: pack(cells) for name, cells in arrays.items()}
+    where = {}  # run_key -> the array file a reader finds it in (the first, sorted)
+    for name, table in reversed(tables.items()):
+        where.update(dict.fromkeys(table.get("cells") or {}, name))
+    for name, cells in arrays.items():
+        for key, data in cells.items():
+            if key not in started:
+                counts[_against(tables.get(where.get(key)), packed[name], key, data)] += 1
+    _write_tables(sweep_dir, tables, arrays, packed)
     materialise_baselines(sweep.baselines, sweep_dir)
     atomic_write(sweep_dir / "manifest.json", json.dumps(manifest(sweep, plan, git_state()), indent=1) + "\n")
-    return Materialised(sweep_dir, written, unchanged, kept, updated)
+    return Materialised(sweep_dir, counts["written"], counts["unchanged"], counts["kept"], counts["updated"])
+
+
+def _against(old: dict | None, new: dict, key: str, data: dict) -> str:
+    """A cell no job started, against the array file that holds it: "written" (none did), "unchanged" or
+    "updated" (its queued job takes the new settings when it starts). Same base: the deltas alone are compared."""
+    if old is None:
+        return "written"
+    if old.get("base") == new["base"]:
+        return "unchanged" if old["cells"][key] == new["cells"][key] else "updated"
+    return "unchanged" if unpack(old, key) == data else "updated"
+
+
+def _with_config(sweep_dir: Path, keys: set[str]) -> set[str]:
+    """The cells whose run dir holds a config.yaml: one listing of the sweep dir, then a stat only for the run
+    dirs there (a run dir exists once its job started, or from a legacy sweep), not one per cell."""
+    try:
+        names = {entry.name for entry in os.scandir(sweep_dir) if entry.name in keys}
+    except FileNotFoundError:
+        return set()
+    return {key for key in names if RunDir(sweep_dir / key).config.exists()}
+
+
+def _rewrite_started(path: Path, cell, data: dict) -> str:
+    """A started run's config.yaml against the cell: "unchanged", "kept" (only its tracking differs) or "updated"
+    (rewritten); UserError when it trains something else."""
+    text = config_text(data)
+    existing = path.read_text(encoding="utf-8")
+    if existing == text:
+        return "unchanged"
+    old = _same_training(existing, cell)
+    if old is None:
+        raise UserError(f"{path}: holds a run config that trains something else than run_key {cell.run_key} "
+                        f"names; it was edited by hand or is corrupt. Move that run dir away and run this again.")
+    ours = {**data, "tracking": old.get("tracking", {})}
+    if config_text(ours) == existing or ours == old:
+        return "kept"
+    atomic_write(path, config_text(ours))
+    return "updated"
+
+
+def _write_tables(sweep_dir: Path, tables: dict[str, dict], arrays: dict[str, dict[str, dict]],
+                  packed: dict[str, dict]) -> None:
+    """Each array's file: this sweep's cells, plus the cells of earlier versions of the sweep an old file holds
+    (their queued jobs and their readers still need them). A cell that moved to another array leaves its old
+    file; the files that gain cells are written first, so a crash in between leaves a cell in two files (both
+    train what its run_key names), never in none. A file already equal is not written again."""
+    ours = {key for cells in arrays.values() for key in cells}
+    new: dict[str, dict[str, dict]] = {}
+    for name in sorted({*tables, *arrays}):
+        kept = {k: unpack(tables[name], k) for k in (tables.get(name, {}).get("cells") or {}) if k not in ours}
+        new[name] = {**kept, **arrays.get(name, {})}
+        if kept or name not in packed:
+            packed[name] = pack(new[name])
+
+    def gains(name: str) -> bool:
+        return not set(new[name]) <= set((tables.get(name) or {}).get("cells") or {})
+
+    for name in sorted(new, key=lambda n: not gains(n)):
+        if not new[name]:
+            (config_tables_dir(sweep_dir) / f"{name}.json").unlink(missing_ok=True)
+        elif packed[name] != tables.get(name):
+            write_config_table(sweep_dir, name, new[name])
 
 
 def _same_training(existing: str, cell) -> dict | None:

@@ -195,7 +195,8 @@ def summary_lines(sweep: Sweep, plan: Plan) -> list[str]:
         f"profile {profile.name} (partition {profile.partition}): {counts['train_arrays']} train array(s) + "
         f"{counts['eval_arrays']} eval array(s) (aftercorr), {counts['array_tasks']} array tasks, "
         f"at most {counts['gpu_hours_max']:g} GPU-hours",
-        f"run dirs: {spec.output_root}/{spec.name}/<run_key>/config.yaml",
+        f"run dirs: {spec.output_root}/{spec.name}/<run_key>/ (config.yaml written by its job from "
+        f"configs/<array>.json)",
     ]
 
 

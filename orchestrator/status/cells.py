@@ -60,6 +60,10 @@ def run_dir_facts(run_dir: Path) -> dict:
     and reason, the evaluation's metrics (see orchestrator/status/outcomes.py for the files' contract)."""
     run = RunDir(run_dir)
     facts: dict = {"step": None, "metrics": {}}
+    if not run.path.is_dir():  # no job has started (its job makes it, issue 25): one stat, not a read per file
+        evals = outcomes.evaluations([], None)
+        return {**facts, **outcomes.verdict_fields(None), **outcomes.objective_fields(None), "evals": evals,
+                "eval": outcomes.merged_eval(evals), "undelivered": 0}
     latest_ckpt, state = run.latest_state()
     if latest_ckpt:
         facts["step"] = latest_ckpt.get("step")
@@ -100,9 +104,10 @@ def cell_rows(records: dict[str, dict]) -> list[dict]:
 
 
 def run_config(run_dir: Path) -> dict:
-    """The run's resolved config.yaml as dotted keys; tracking left out (where a run logs, not what it computes)."""
+    """The run's resolved config (config.yaml, else its array's file) as dotted keys; tracking left out (where a
+    run logs, not what it computes)."""
     try:
-        data = yaml.safe_load(RunDir(run_dir).config.read_text(encoding="utf-8"))
+        data = RunDir(run_dir).read_config() or {}
     except (OSError, yaml.YAMLError):
         return {}
     return {k: v for k, v in outcomes.flatten(data).items() if not k.startswith("tracking.")}

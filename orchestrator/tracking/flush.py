@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from orchestrator.launch.ledger import KINDS, LIVE, latest
 from orchestrator.status.cells import undelivered
 from record.rundir import RunDir
@@ -46,7 +44,7 @@ def flush(records: dict[str, dict]) -> list[Flushed]:
             out.append(Flushed(record["run_key"], record["name"], before, before,
                                "its job is live and delivers them itself"))
             continue
-        config = yaml.safe_load(RunDir(run_dir).config.read_text(encoding="utf-8")) or {}
+        config = RunDir(run_dir).read_config() or {}
         tracking = config.get("tracking") or {}
         tracker = MlflowTracker(run_dir, retry_after_s=0.0)
         # as the trainer opens it (trainer/train.py `_open_tracker`): the run tagged run_key, its config's store

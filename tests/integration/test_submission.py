@@ -53,6 +53,7 @@ def make(tmp_path):
                                                             *overrides])
         done = materialise(sweep, make_plan(sweep))
         for cell, probe in zip(sweep.cells, probes):
+            (done.sweep_dir / cell.run_key).mkdir(parents=True, exist_ok=True)  # made by its job (issue 25)
             (done.sweep_dir / cell.run_key / "probe.json").write_text(json.dumps(probe))
         return sweep, done.sweep_dir.absolute()
 

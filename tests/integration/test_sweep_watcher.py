@@ -60,6 +60,7 @@ def probes(args: list[str], *settings: dict) -> list[str]:
     sweep = load_sweep(args[0], args[1:])
     done = materialise(sweep, make_plan(sweep))
     for cell, probe in zip(sweep.cells, settings):
+        (done.sweep_dir / cell.run_key).mkdir(parents=True, exist_ok=True)  # made by its job (issue 25)
         (done.sweep_dir / cell.run_key / "probe.json").write_text(json.dumps(probe))
     return [c.run_key for c in sweep.cells]
 

@@ -36,6 +36,7 @@ from orchestrator.launch.ledger import Ledger, attempts, latest
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import make_plan
 from orchestrator.sweep.expand import load_sweep
+from record.rundir import RunDir, config_text
 from tests.support.fault_row import histories
 from tests.support.slurm_queue import cancel_named, step_pids
 from trainer.tiny_model import TinyModelConfig, ensure_tiny_model
@@ -193,7 +194,7 @@ def test_a_sweep_by_an_unprivileged_user_with_export_none_survives_a_renamed_che
         sweep_dir = workspace / "runs" / name
         keys = sorted(Ledger(sweep_dir).records())
         assert len(keys) == 2
-        configs = {k: (sweep_dir / k / "config.yaml").read_text() for k in keys}
+        configs = {k: config_text(RunDir(sweep_dir / k).read_config()) for k in keys}
         carried = sweep_dir / "data"
         for text in configs.values():  # every path a job reads, absolute, none in the checkout
             assert f"train_path: {carried}/" in text and f"val_path: {carried}/" in text, text
@@ -243,6 +244,7 @@ def probes(args: list[str], cwd: Path, *settings: dict) -> list[str]:
     finally:
         os.chdir(here)
     for cell, probe in zip(sweep.cells, settings):
+        (cwd / done.sweep_dir / cell.run_key).mkdir(parents=True, exist_ok=True)  # made by its job (issue 25)
         (cwd / done.sweep_dir / cell.run_key / "probe.json").write_text(json.dumps(probe))
     return [c.run_key for c in sweep.cells]
 

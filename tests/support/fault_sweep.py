@@ -118,6 +118,7 @@ class FaultSweep:
         self.run_dir = self.sweep_dir / self.key
 
     def probe(self, **settings) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)  # made by its job (issue 25)
         (self.run_dir / "probe.json").write_text(json.dumps(settings))
 
     def backend(self) -> SlurmBackend:

@@ -58,7 +58,7 @@ def test_materialise_rewrites_what_evaluates_and_never_what_trains(tmp_path):
     sweep = load_sweep(SMOKE, [f"sweep.output_root={tmp_path}"])
     first = materialise(sweep, make_plan(sweep))
     cell = sweep.cells[0]
-    config = RunDir(first.sweep_dir / cell.run_key).config
+    config = RunDir(first.sweep_dir / cell.run_key).ensure_config()  # its job started; the others did not
     before = yaml.safe_load(config.read_text())
     before["tracking"]["tracking_uri"] = "sqlite:////where/it/started.db"
     atomic_write(config, yaml.safe_dump(before, sort_keys=False))

@@ -14,7 +14,7 @@ from orchestrator.launch.plan import make_plan
 from orchestrator.sweep.expand import load_sweep
 from record.errors import UserError
 from record.identity import run_key
-from record.rundir import atomic_write
+from record.rundir import RunDir, atomic_write, config_text
 from trainer.config import RunConfig
 
 SWEEP = """
@@ -50,19 +50,20 @@ def test_run_dirs_hold_the_resolved_config_and_later_edits_do_not_leak(sweep_fil
     sweep, done = materialise_file(sweep_file, root)
     assert (done.written, done.unchanged, done.kept) == (2, 0, 0)
     before = {}
-    for cell in sweep.cells:
-        path = root / "leak" / cell.run_key / "config.yaml"
-        data = yaml.safe_load(path.read_text())
+    for cell in sweep.cells:  # no config.yaml yet (its job writes it): the array's file holds the config
+        run = RunDir(root / "leak" / cell.run_key)
+        data = run.read_config()
+        assert not run.config.exists() and run.is_run()
         assert RunConfig.from_dict(data) == cell.config and run_key(data) == cell.run_key
-        assert "${" not in path.read_text()
-        before[path] = path.read_text()
+        assert "${" not in config_text(data)
+        before[run] = data
     # Someone edits the config group after the sweep was planned: planned runs keep what they were planned with.
     (sweep_file.parent / "conf" / "model" / "mine.yaml").write_text("name_or_path: tiny\nparams_b: 0.001\n"
                                                                     "dtype: bf16\n")
     edited, again = materialise_file(sweep_file, root)
     assert {c.run_key for c in edited.cells}.isdisjoint({c.run_key for c in sweep.cells})
     assert again.written == 2
-    assert all(path.read_text() == text for path, text in before.items())
+    assert all(run.read_config() == data for run, data in before.items())
 
 
 def test_materialising_twice_is_idempotent(sweep_file, tmp_path):
@@ -92,6 +93,8 @@ def test_manifest_records_sweep_cells_plan_code_and_version(sweep_file, tmp_path
 def test_a_tampered_run_dir_is_refused_and_a_tracking_change_keeps_it(sweep_file, tmp_path):
     root = tmp_path / "runs"
     sweep, _ = materialise_file(sweep_file, root)
+    for cell in sweep.cells:  # their jobs started: each wrote its config.yaml
+        RunDir(root / "leak" / cell.run_key).ensure_config()
     moved = load_sweep(sweep_file, ["tracking.tracking_uri=http://elsewhere:5000"])
     assert [c.run_key for c in moved.cells] == [c.run_key for c in sweep.cells]
     done = materialise(moved, make_plan(moved), root)
@@ -119,10 +122,9 @@ def test_an_unwritable_output_root_is_a_user_error(sweep_file, tmp_path):
 
 def test_the_fast_yaml_dumper_writes_what_the_pure_python_one_writes():
     """Run dirs are compared byte for byte on a rerun; the libyaml dumper must not change a file PyYAML wrote."""
-    import yaml
 
-    from orchestrator.launch.materialise import _DUMPER
     from orchestrator.sweep.expand import load_sweep
+    from record.rundir import _DUMPER
 
     sweeps = sorted((Path(__file__).resolve().parents[2] / "sweeps").glob("*.yaml"))
     configs = [c.config.to_dict() for f in sweeps for c in load_sweep(f).cells]

@@ -1,0 +1,61 @@
+"""One array's run configs in one file (issue 25): what a cell's `config.yaml` holds, for every cell of an array,
+written by the orchestrator at submission instead of a file (and an fsync) per cell. Pure: packing, unpacking and
+the mapping a reader asks for; `record/rundir.py` reads and writes the files.
+
+The cells of one array differ in a few leaves (seed, beta, an estimator), so the file holds the first cell's
+config whole (`base`) and, for each run_key, only the leaves whose value differs (`set`: [path, value], a path
+being the list of keys from the top); a cell whose leaves are not the base's, in the base's order (a section
+present in one and not the other, a dict against a scalar), is held whole (`whole`). Unpacked, each cell is its
+config exactly, keys in their order: config.yaml's text is what the orchestrator would have written.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+
+VERSION = 1
+
+
+def _leaves(data: Mapping, prefix: tuple = ()) -> Iterator[tuple[tuple, object]]:
+    """(path, value) of every leaf: a value that is not a mapping, or an empty mapping."""
+    for key, value in data.items():
+        if isinstance(value, Mapping) and value:
+            yield from _leaves(value, (*prefix, key))
+        else:
+            yield (*prefix, key), value
+
+
+def pack(configs: Mapping[str, dict]) -> dict:
+    """{"version", "base", "cells": {run_key: {"set": [...]} or {"whole": config}}} of run configs by run_key."""
+    if not configs:
+        return {"version": VERSION, "base": {}, "cells": {}}
+    base = next(iter(configs.values()))
+    base_leaves = dict(_leaves(base))
+    order = list(base_leaves)
+    cells = {}
+    for key, config in configs.items():
+        leaves = dict(_leaves(config))
+        if list(leaves) != order:
+            cells[key] = {"whole": config}
+            continue
+        changed = [[list(p), v] for p, v in leaves.items()
+                   if base_leaves[p] != v or type(base_leaves[p]) is not type(v)]
+        cells[key] = {"set": changed} if changed else {}
+    return {"version": VERSION, "base": base, "cells": cells}
+
+
+def unpack(table: Mapping, run_key: str) -> dict | None:
+    """The run config of `run_key` in a packed table, or None when it holds no such cell."""
+    delta = (table.get("cells") or {}).get(run_key)
+    if delta is None:
+        return None
+    if "whole" in delta:
+        return copy.deepcopy(delta["whole"])
+    config = copy.deepcopy(table.get("base") or {})
+    for path, value in delta.get("set", ()):
+        node = config
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = copy.deepcopy(value)
+    return config
