@@ -1,10 +1,11 @@
-"""The only module that imports submitit (STYLE.md rule 6): the job callables, the sbatch parameters of an
-array, and the two backends that submit through submitit (Slurm, or submitit's local executor).
+"""With arrays.py, the only module that imports submitit (STYLE.md rule 6): the job callables, the sbatch
+parameters of an array, and the two backends that submit through submitit (Slurm, or submitit's local executor).
 
 On Slurm a group of cells goes out as ONE sbatch (`with executor.batch()`: an array, `%N` throttled), and its
 evaluation as one more, chained task by task (`aftercorr:<train array>`, `kill-on-invalid-dep=yes`; `afterok`
 for a single job). Jobs run the code snapshot taken at submission (orchestrator/cluster/snapshot.py), not the
-working tree. The intent protocol around each sbatch is orchestrator/launch/intents.py.
+working tree. An array's calls go out in one pickle, not one per task (orchestrator/cluster/arrays.py). The
+intent protocol around each sbatch is orchestrator/launch/intents.py.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 from submitit.slurm.slurm import _make_sbatch_string
 
 from orchestrator.cluster import query
+from orchestrator.cluster.arrays import ArrayExecutor, array_folder
+from orchestrator.cluster.arrays import command as array_command
 from orchestrator.cluster.entry import EVAL_ENTRY, TRAIN_ENTRY, run_eval, run_train
 from orchestrator.cluster.environment import submitting_with
 from orchestrator.cluster.options import Options as Options  # re-exported: launch/, commands/ and tests use them
@@ -91,10 +94,15 @@ def sbatch_parameters(sweep: Sweep, plan: Plan, group: JobGroup, data_dir: str |
 
 def render_sbatch(sweep: Sweep, plan: Plan, group: JobGroup, python: str | None = None,
                   data_dir: str | None = None) -> str:
-    """The sbatch script submitit would write for this array (it runs `python -m submitit.core._submit`)."""
+    """The sbatch script submitit would write for this array: its tasks run `python -m orchestrator.cluster.arrays`
+    on the array's one pickle (named at submission), a single job `python -m submitit.core._submit`."""
     folder = log_folder(sweep).absolute()
     interpreter = Options(python=python, site=sweep.profile.site.to_dict()).interpreter()
-    command = " ".join([interpreter, "-u -m submitit.core._submit", shlex.quote(str(folder))])
+    if group.size > 1:
+        folder = array_folder(folder)
+        command = array_command(interpreter, folder, folder / "array-<uuid>.pkl")
+    else:
+        command = " ".join([interpreter, "-u -m submitit.core._submit", shlex.quote(str(folder))])
     return _make_sbatch_string(command=command, folder=folder, signal_delay_s=sweep.profile.signal_delay_s,
                                **sbatch_parameters(sweep, plan, group, data_dir))
 
@@ -120,8 +128,8 @@ class SlurmBackend:
     def submit(self, kind: str, entry: str, run_dirs: list[str], params: dict, name: str, code: str,
                dependency: str | None = None, parallelism: int = 1) -> list[Submitted]:
         """One sbatch: an array when there are several run dirs, else a single job."""
-        ex = submitit.SlurmExecutor(folder=self.folder, max_num_timeout=self.options.max_num_timeout,
-                                    python=self.options.interpreter())
+        ex = ArrayExecutor(folder=self.folder, max_num_timeout=self.options.max_num_timeout,
+                           python=self.options.interpreter())
         site, extra = self.options.site_params()
         extra[("requeue" if self.options.requeue else "no-requeue")] = True
         if dependency:

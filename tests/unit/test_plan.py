@@ -57,7 +57,7 @@ def test_sbatch_scripts_render_through_submitit():
                  "#SBATCH --gpus-per-node=4", "#SBATCH --ntasks-per-node=4", "#SBATCH --partition=gpu",
                  "#SBATCH --time=1440", "#SBATCH --mem=400G", "#SBATCH --signal=USR2@600"):
         assert line in train.splitlines(), line
-    assert "python -u -m submitit.core._submit" in train
+    assert "python -u -m orchestrator.cluster.arrays" in train  # one pickle for the array (issue 25)
     evaluation = render_sbatch(sweep, plan, plan.groups[1], python="python")
     assert "#SBATCH --dependency='aftercorr:<job id of onpolicy-train-0>'" in evaluation
     assert "#SBATCH --kill-on-invalid-dep=yes" in evaluation
