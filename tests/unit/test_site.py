@@ -67,7 +67,9 @@ def test_the_script_carries_the_site_setup_quoted_in_order(tmp_path):
             "#SBATCH --mail-user=me@example.org"} <= set(lines)
     assert not any("wckey" in ln for ln in lines)  # submitit's default --wckey=submitit is gone
     srun = next(ln for ln in lines if ln.startswith("srun "))
-    assert "--export=ALL --cpu-bind=cores apptainer exec --nv /shared/comedy.sif python -u -m submitit" in srun
+    # an array's tasks start from its one pickle (orchestrator/cluster/arrays.py), through the site's interpreter
+    assert ("--export=ALL --cpu-bind=cores apptainer exec --nv /shared/comedy.sif python -u -m "
+            "orchestrator.cluster.arrays") in srun
 
 
 def test_a_wckey_only_when_the_profile_names_one_and_gpus_per_node_with_a_type(tmp_path):
