@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -240,3 +241,79 @@ def test_a_node_set_down_under_a_two_node_job_is_resumed_and_matches_an_undistur
              f"`scontrol update nodename={second} state=down` with a 2 nodes x 1 rank cell stopped (SIGSTOP) at "
              f"its step-{frozen.latest['step']} checkpoint; the node resumed once the job failed", fs,
              histories(reference.run_dir), started)
+
+
+# --- a cell on node 2, logging to the tracking server through the address the profile names (issue 30, item 6) ---
+
+def _reaches(node: str, partition: str, host: str, port: int) -> bool:
+    """Whether a process on `node` opens a TCP connection to host:port (bash's /dev/tcp: nothing to install)."""
+    out = subprocess.run(["srun", "-p", partition, "-w", node, "-N1", "-n1", "-c1", "--mem=100", "-t", "1", "bash",
+                          "-c", f"timeout 5 bash -c 'echo > /dev/tcp/{host}/{port}' && echo open || echo closed"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() in ("open", "closed"), out.stdout + out.stderr
+    return out.stdout.strip() == "open"
+
+
+@pytest.mark.reliability
+def test_a_cell_on_the_second_node_logs_every_step_through_the_profiles_tracking_address(pair, tmp_path):
+    """`orchestrate tracking up --host 0.0.0.0` on node 1 (the login node), whose URI names the machine (`vm`):
+    node 2's network reaches it only there (127.0.0.1 is node 2's own loopback). A Slurm profile naming that URI as
+    its `tracking_uri`, and nothing in the sweep: `orchestrate sweep` puts it into the cell's config, the cell trains
+    on node 2 (the tiny model under DeepSpeed) and MLflow holds every step once, nothing left buffered."""
+    from orchestrator.cluster.executor import SlurmBackend  # noqa: PLC0415
+    from orchestrator.cluster.options import load_options  # noqa: PLC0415
+    from orchestrator.launch.ledger import Ledger, latest  # noqa: PLC0415
+    from orchestrator.tracking.postgres import free_port  # noqa: PLC0415
+    from orchestrator.tracking.server import down, up  # noqa: PLC0415
+    from orchestrator.watch.watcher import Watcher  # noqa: PLC0415
+    from tests.support.slurm_queue import cancel_named  # noqa: PLC0415
+    from tests.support.tracking_server import open_tmp_dir  # noqa: PLC0415
+    from trainer.tiny_model import ensure_tiny_model  # noqa: PLC0415
+
+    ensure_tiny_model()  # built once per machine (minutes): not inside the launch's time limit below
+    started = time.monotonic()
+    second = pair.nodes[1]
+    data_dir = open_tmp_dir("node2-tracking") / "data"
+    state = up(data_dir, host="0.0.0.0", port=free_port(), workers=1, install=False, say=lambda _: None)
+    name = f"n{os.getpid()}{int(time.time()) % 100000}"
+    try:
+        uri = state.uri()
+        host = uri.split("//", 1)[1].rsplit(":", 1)[0]
+        assert _reaches(second, pair.partition, host, state.port)
+        assert not _reaches(second, pair.partition, "127.0.0.1", state.port)  # only through the profile's address
+        profile = yaml.safe_load((ROOT / "slurm" / "profiles" / "local.yaml").read_text())
+        profile.update(partition=pair.partition, cpus_per_task=1, tasks_per_node=1, mem_gb=2, tracking_uri=uri,
+                       site={"sbatch": {"nodelist": second}})  # every job of the sweep on node 2
+        profile["eval"].update(cpus_per_task=1, mem_gb=0.5)
+        (tmp_path / "node2.yaml").write_text(yaml.safe_dump(profile))
+        env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                                                 "MLFLOW_TRACKING_URI")}
+        env["OMP_NUM_THREADS"] = "1"
+        done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "sweep", str(ROOT / "sweeps" / "smoke.yaml"),
+                               f"sweep.name={name}", f"sweep.output_root={tmp_path}", "~sweep.grid",  # 1 cell
+                               "kl.estimator=k3", "kl.placement=loss",
+                               f"sweep.slurm.profile={tmp_path / 'node2.yaml'}", f"optim.steps={STEPS}",
+                               "--no-watcher", "--eval-entry", "orchestrator.jobs:probe_eval"],
+                              cwd=tmp_path, capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        sweep_dir = tmp_path / name
+        ledger = Ledger(sweep_dir)
+        [key] = ledger.records()
+        assert f"tracking_uri: {uri}\n" in (sweep_dir / key / "config.yaml").read_text()
+        with ledger.lock("the two-node tracking test", wait_s=60.0) as keep_alive:
+            records = Watcher(ledger, SlurmBackend(sweep_dir, load_options(sweep_dir)), 0, log=print).run(
+                poll_s=2.0, timeout_s=900, keep_alive=keep_alive)
+        record = records[key]
+        assert record["final"] and record["final"]["status"] == "completed", record
+        assert _hosts(latest(record, "train")["job_id"]) == second
+        got = histories(sweep_dir / key)
+        assert got, "nothing reached MLflow"
+        for metric, points in got.items():
+            steps = [s for s, _ in points]
+            assert steps == sorted(set(steps)), f"{metric}: a step logged twice: {steps}"
+        assert len({s for s, _ in got["train/loss"]}) == STEPS, got["train/loss"]
+        assert not (sweep_dir / key / "tracking_buffer.jsonl").exists()  # nothing waiting for a later delivery
+    finally:
+        cancel_named(name)
+        down(data_dir, say=lambda _: None)
+    print(f"a cell on {second} through {uri}: {time.monotonic() - started:.0f} s")
