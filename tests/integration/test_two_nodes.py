@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -316,4 +317,5 @@ def test_a_cell_on_the_second_node_logs_every_step_through_the_profiles_tracking
     finally:
         cancel_named(name)
         down(data_dir, say=lambda _: None)
+        shutil.rmtree(data_dir.parent, ignore_errors=True)
     print(f"a cell on {second} through {uri}: {time.monotonic() - started:.0f} s")
