@@ -77,6 +77,21 @@ def test_local_sqlite_store_opens_or_reopens_by_run_key_under_one_parent(tmp_pat
     assert experiment.tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
 
 
+def test_a_step_the_store_took_before_a_kill_is_not_sent_again_by_the_resumed_job(tmp_path):
+    """The killed job's tracker sent step 3 and died before the trainer recorded it (no close, no logged_step);
+    the resumed job re-trains step 3 and logs it again, then step 4: the store holds each step once."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    killed = open_cell(tmp_path / "cellA", uri, "cellA", retry_after_s=0)
+    for step in (1, 2, 3):
+        killed.log_metrics({"train/loss": float(step), "train/reward_mean": 0.5}, step=step)
+    resumed = open_cell(tmp_path / "cellA", uri, "cellA", retry_after_s=0)  # a new process, the same run
+    resumed.log_metrics({"train/loss": 3.0, "train/reward_mean": 0.5}, step=3)
+    resumed.log_metrics({"train/loss": 4.0, "train/reward_mean": 0.5}, step=4)
+    client = mlflow.MlflowClient(uri)
+    assert steps_of(client, resumed.run_id, "train/loss") == [1, 2, 3, 4]
+    assert steps_of(client, resumed.run_id, "train/reward_mean") == [1, 2, 3, 4]
+
+
 def test_server_run_is_reopened_not_duplicated_and_nested_under_the_sweep(server, tmp_path):
     a = open_cell(tmp_path / "a", server.uri, "srvA")
     b = open_cell(tmp_path / "b", server.uri, "srvB")
