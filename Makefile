@@ -61,7 +61,7 @@ ci: test
 
 # The whole fault matrix on the local Slurm cluster (docs/reliability.md): every test marked fault_matrix, the slow
 # `reliability` rows included (plain pytest deselects those), each writing its row into runs/reliability/, then
-# the table. About 13 minutes on 2 cores.
+# the table. About 20 minutes from a fresh clone on an idle 2-core machine (setup included), 30 loaded.
 RELIABILITY_ROWS ?= runs/reliability
 reliability: export OMP_NUM_THREADS = 1
 reliability: setup
