@@ -78,7 +78,7 @@ class MlflowTracker:
     """
 
     def __init__(self, run_dir: str | os.PathLike, *, retry_after_s: float = 30.0, http_retries: int = 2,
-                 http_timeout_s: int = 20):
+                 http_timeout_s: int = 20, check_first_metrics: bool = False):
         for name, value in (("MLFLOW_HTTP_REQUEST_MAX_RETRIES", http_retries),
                             ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", 1),
                             ("MLFLOW_HTTP_REQUEST_TIMEOUT", int(http_timeout_s))):
@@ -93,10 +93,11 @@ class MlflowTracker:
         self._client: Any = None
         self._down_until: float | None = None  # monotonic deadline while the store is unreachable
         self._verify = True  # before the next replay, ask the store which points it already has
-        # The first metrics this process sends directly are checked against the store too: a job killed after the
-        # store took a step's points, and before the trainer recorded that step as delivered (logged_step), sends
-        # that step again when it resumes (seen once in CI, under load: step 3 twice in test_resume).
-        self._check_first = True
+        # With check_first_metrics (the trainer), the first metrics this process sends directly are checked against
+        # the store too: a job killed after the store took a step's points, and before the trainer recorded that
+        # step as delivered (logged_step), sends that step again when it resumes (seen once in CI, under load:
+        # step 3 twice in test_resume). Not for the evaluation: a forced re-evaluation logs its step again.
+        self._check_first = check_first_metrics
         self._closed_as: str | None = None  # the status an earlier job closed this run with, buffered
 
     def open_run(self, run_key, experiment, tracking_uri, params, tags, parent_run_key=None, sweep_id=None, *,

@@ -288,7 +288,7 @@ def _open_tracker(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo,
     sweep's parent gets the sweep (record/run_names.py)."""
     if not dist.is_main:
         return NullTracker()
-    tracker = MlflowTracker(ctx.run_dir)
+    tracker = MlflowTracker(ctx.run_dir, check_first_metrics=True)  # a resumed job may resend its first step
     uri = cfg.tracking.tracking_uri or default_tracking_uri()
     config, sweep = cfg.to_dict(), read_manifest(ctx.run_dir.parent) if ctx.sweep_id else {}
     tracker.open_run(ctx.run_key, cfg.tracking.experiment or "comedy", uri,

@@ -84,7 +84,8 @@ def test_a_step_the_store_took_before_a_kill_is_not_sent_again_by_the_resumed_jo
     killed = open_cell(tmp_path / "cellA", uri, "cellA", retry_after_s=0)
     for step in (1, 2, 3):
         killed.log_metrics({"train/loss": float(step), "train/reward_mean": 0.5}, step=step)
-    resumed = open_cell(tmp_path / "cellA", uri, "cellA", retry_after_s=0)  # a new process, the same run
+    resumed = open_cell(tmp_path / "cellA", uri, "cellA", retry_after_s=0,  # a new process, the same run
+                        check_first_metrics=True)  # as the trainer opens it
     resumed.log_metrics({"train/loss": 3.0, "train/reward_mean": 0.5}, step=3)
     resumed.log_metrics({"train/loss": 4.0, "train/reward_mean": 0.5}, step=4)
     client = mlflow.MlflowClient(uri)
