@@ -1,7 +1,7 @@
 """The baselines' jobs (orchestrator/sweep/baselines.py): one evaluation each, nothing trained, submitted once.
 
 Their records live in a ledger of their own beside their run dirs (orchestrator/launch/baseline_ledger.py). Submitting
-is the cells' intent protocol (orchestrator/launch/intents.py `submit_jobs(..., kinds=("eval",))`: intents, then one
+is the cells' intent protocol (orchestrator/launch/intents.py `submit_groups`, kinds ("eval",): intents, then one
 sbatch for all of them as an array, then the job ids), under the sweep's lock, and idempotent like the cells':
 
 - never submitted, or LOST / VANISHED / ended by the infrastructure (node failure, preemption, time limit) -> submit
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.cluster.profile import resources_params
 from orchestrator.launch.baseline_ledger import baseline_ledger, baseline_state, sweep_baselines_dir
-from orchestrator.launch.intents import submit_jobs
+from orchestrator.launch.intents import Group, submit_groups
 from orchestrator.launch.ledger import LIVE, Ledger, attempts, finish, latest, new_record, note
 from orchestrator.launch.reconcile import refresh, settle_intents
 
@@ -69,8 +69,8 @@ def launch_baselines(sweep, sweep_dir: Path, backend, options: Options, code, re
         records[key] = record
     limit = min(sweep.profile.max_array_size, backend.array_limit())
     chunks = [todo[start:start + limit] for start in range(0, len(todo), limit)]
-    for chunk in chunks:
-        submit_jobs(backend, ledger, [records[k] for k in chunk], ("eval",), sweep.profile.array_parallelism)
+    submit_groups(backend, ledger, [Group([records[k] for k in chunk], ("eval",), sweep.profile.array_parallelism)
+                                    for chunk in chunks])
     return len(todo), kept, len(chunks) if backend.kind == "slurm" else 0
 
 

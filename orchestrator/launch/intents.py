@@ -1,49 +1,83 @@
 """The intent protocol: a job's name is written to the ledger before its sbatch, its id after, so an orchestrator
 killed in between leaves names the next one looks for (orchestrator/launch/reconcile.py `settle_intents`) and
 never submits twice.
+
+A sweep larger than MaxArraySize goes out as several arrays (orchestrator/launch/plan.py). Their intents are all
+written in one save before the first sbatch, and their ids in one save after the last (issue 25: every save
+rewrites the ledger's shards, so a save per array made submission grow with arrays x cells). An orchestrator killed
+after some of the arrays went out leaves intents for all of them; the next one finds by name those that reached
+Slurm and submits the rest again (LOST), as for a single array.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from dataclasses import dataclass
 
 from orchestrator.launch.ledger import Ledger, add_attempt, attempts
 
 
+@dataclass(frozen=True)
+class Group:
+    """Cells that go out together: one array (or single job) per kind, the evaluation chained on the training."""
+
+    records: list[dict]
+    kinds: tuple[str, ...] = ("train", "eval")
+    parallelism: int = 1
+
+
 def submit_jobs(backend, ledger: Ledger, records: list[dict], kinds: tuple[str, ...] = ("train", "eval"),
                 parallelism: int = 1) -> None:
-    """Submit these cells' jobs of `kinds` with one sbatch per kind: intents first (job names in the ledger), then
-    sbatch, then the job ids. The evaluation is chained on the training submitted here: task by task
-    (`aftercorr`) for an array, `afterok` for a single job. Where the backend has no dependencies (local), only
-    the training goes out; the watcher starts the evaluation when the training has completed."""
-    if backend.kind != "slurm" and "train" in kinds:
-        kinds = ("train",)
-    now, first, many = time.time(), records[0], len(records) > 1
-    intents: dict[str, list[dict]] = {}
+    """Submit these cells' jobs of `kinds` with one sbatch per kind (`submit_groups` for one group)."""
+    submit_groups(backend, ledger, [Group(records, kinds, parallelism)])
+
+
+def submit_groups(backend, ledger: Ledger, groups: list[Group]) -> None:
+    """Submit each group's jobs with one sbatch per kind: every group's intents first (job names in the ledger, one
+    save), then the sbatch calls, then the job ids (one save, also when an sbatch fails). The evaluation is chained
+    on the training submitted here: task by task (`aftercorr`) for an array, `afterok` for a single job. Where the
+    backend has no dependencies (local), only the training goes out; the watcher starts the evaluation when the
+    training has completed."""
+    now = time.time()
+    intents = [_intents(backend, group, now) for group in groups]
+    every = [r for group in groups for r in group.records]
+    ledger.save_all(every)  # from here on a crash leaves job names the next orchestrator looks for: no duplicate
+    try:
+        for group, named in zip(groups, intents):
+            _sbatch(backend, group, named)
+    finally:
+        ledger.save_all(every)
+
+
+def _intents(backend, group: Group, now: float) -> dict[str, list[dict]]:
+    """The group's attempts, written as intents into its records (in memory): {kind: one per record}."""
+    records, many = group.records, len(group.records) > 1
+    kinds = ("train",) if backend.kind != "slurm" and "train" in group.kinds else group.kinds
+    out: dict[str, list[dict]] = {}
     for kind in kinds:
         numbers = [len(attempts(r, kind)) + 1 for r in records]
-        name = array_name(first["sweep"], kind, [r["run_key"] for r in records], numbers)
-        intents[kind] = [add_attempt(r, kind, name, now, array_index=i if many else None, executor=backend.kind,
-                                     **({"eval_id": r.get("eval_id")} if kind == "eval" else {}))
-                         for i, r in enumerate(records)]
-    ledger.save_all(records)  # from here on a crash leaves job names the next orchestrator looks for: no duplicate
+        name = array_name(records[0]["sweep"], kind, [r["run_key"] for r in records], numbers)
+        out[kind] = [add_attempt(r, kind, name, now, array_index=i if many else None, executor=backend.kind,
+                                 **({"eval_id": r.get("eval_id")} if kind == "eval" else {}))
+                     for i, r in enumerate(records)]
+    return out
+
+
+def _sbatch(backend, group: Group, intents: dict[str, list[dict]]) -> None:
+    first, many = group.records[0], len(group.records) > 1
     train_ids: list[str] = []
-    try:
-        for kind in kinds:
-            dependency = None
-            if kind == "eval" and train_ids:
-                dependency = f"aftercorr:{train_ids[0].split('_')[0]}" if many else f"afterok:{train_ids[0]}"
-            done = backend.submit(kind, first["entries"][kind], [r["run_dir"] for r in records],
-                                  first["params"][kind], intents[kind][0]["name"], first["code"], dependency,
-                                  parallelism)
-            for i, (job, sub) in enumerate(zip(intents[kind], done)):
-                job.update(job_id=sub.job_id, state="SUBMITTED", submitted_at=time.time(), stdout=sub.stdout,
-                           stderr=sub.stderr, after=train_ids[i] if dependency else None)
-            if kind == "train":
-                train_ids = [s.job_id for s in done]
-    finally:
-        ledger.save_all(records)
+    for kind, named in intents.items():
+        dependency = None
+        if kind == "eval" and train_ids:
+            dependency = f"aftercorr:{train_ids[0].split('_')[0]}" if many else f"afterok:{train_ids[0]}"
+        done = backend.submit(kind, first["entries"][kind], [r["run_dir"] for r in group.records],
+                              first["params"][kind], named[0]["name"], first["code"], dependency, group.parallelism)
+        for i, (job, sub) in enumerate(zip(named, done)):
+            job.update(job_id=sub.job_id, state="SUBMITTED", submitted_at=time.time(), stdout=sub.stdout,
+                       stderr=sub.stderr, after=train_ids[i] if dependency else None)
+        if kind == "train":
+            train_ids = [s.job_id for s in done]
 
 
 def array_name(sweep: str, kind: str, run_keys: list[str], attempts: list[int]) -> str:

@@ -15,7 +15,7 @@ from orchestrator.cluster.snapshot import snapshot_code
 from orchestrator.launch.adopt import Adopted
 from orchestrator.launch.baselines import launch_baselines
 from orchestrator.launch.fingerprints import Changed, supersede
-from orchestrator.launch.intents import submit_jobs
+from orchestrator.launch.intents import Group, submit_groups
 from orchestrator.launch.ledger import IDENTITY, Ledger, new_record, note
 from orchestrator.launch.plan import launch_plan, triage
 from orchestrator.launch.probed import PROBE_TAG
@@ -113,13 +113,12 @@ def _submit(sweep: Sweep, sweep_dir: Path, ledger: Ledger, backend, options: Opt
     baselines, baselines_kept, sbatch = launch_baselines(sweep, sweep_dir, backend, options, code_once, retry_failed)
     if backend.kind == "slurm":
         plan = launch_plan(sweep, todo, backend.array_limit())
-        for group in plan.train:  # the training array and the evaluation array chained on it
-            submit_jobs(backend, ledger, [records[k] for k in group.run_keys], ("train", "eval"),
-                        plan.array_parallelism)
-            sbatch += 2
-        for group in (g for g in plan.eval if g.after is None):
-            submit_jobs(backend, ledger, [records[k] for k in group.run_keys], ("eval",), plan.array_parallelism)
-            sbatch += 1
+        groups = [Group([records[k] for k in g.run_keys], ("train", "eval"), plan.array_parallelism)
+                  for g in plan.train]  # the training array and the evaluation array chained on it
+        groups += [Group([records[k] for k in g.run_keys], ("eval",), plan.array_parallelism)
+                   for g in plan.eval if g.after is None]
+        submit_groups(backend, ledger, groups)
+        sbatch += sum(len(g.kinds) for g in groups)
     else:
         ledger.save_all(records[k] for k in (*todo.train, *todo.eval))  # the local follower starts them
     return LaunchReport(sweep_dir, backend.kind, code, len(todo.train), len(todo.eval), sbatch, todo.kept,

@@ -17,7 +17,7 @@ from orchestrator.cluster.executor import (
 from orchestrator.cluster.profile import resources_params
 from orchestrator.cluster.snapshot import setup_lines, snapshot_code
 from orchestrator.launch import ledger as L
-from orchestrator.launch.intents import array_name, submit_jobs
+from orchestrator.launch.intents import Group, array_name, submit_groups, submit_jobs
 from orchestrator.launch.plan import make_plan
 from orchestrator.sweep.expand import load_sweep
 
@@ -151,3 +151,38 @@ def test_a_failed_sbatch_leaves_the_intent_for_the_next_orchestrator(tmp_path):
         submit_jobs(RecordingBackend(ledger, fail_on="train"), ledger, records(2))
     saved = ledger.records()
     assert all(L.unresolved(r) and len(L.unresolved(r)) == 2 for r in saved.values())
+
+
+def test_several_arrays_write_every_intent_before_the_first_sbatch_and_every_id_after(tmp_path):
+    # a sweep above MaxArraySize: one save of all intents, one of all ids (issue 25), and a failed sbatch midway
+    # leaves the arrays that went out with their ids and the rest as intents for the next orchestrator
+    ledger = L.Ledger(tmp_path)
+    recs = records(6)
+    backend = RecordingBackend(ledger, fail_on=None)
+    groups = [Group(recs[0:2]), Group(recs[2:4]), Group(recs[4:6], ("eval",))]
+    submit_groups(backend, ledger, groups)
+    first = backend.calls[0]["on_disk"]
+    assert first == {**{f"k{i}": ["INTENT"] for i in range(4)}, "k4": [], "k5": []}  # train kind: 4 intents
+    assert backend.calls[1]["on_disk"]["k5"] == ["INTENT"]  # the eval-only array's intents too, before any sbatch
+    assert [c["kind"] for c in backend.calls] == ["train", "eval", "train", "eval", "eval"]
+    assert backend.calls[3]["dependency"] == "aftercorr:103" and backend.calls[4]["dependency"] is None
+    saved = ledger.records()
+    assert all(j["state"] == "SUBMITTED" and j["job_id"] for r in saved.values() for j in r["jobs"])
+
+    ledger2 = L.Ledger(tmp_path / "again")
+    recs2 = records(6)
+    failing = RecordingBackend(ledger2)
+    failing.fail_after = 2  # the second array's training sbatch fails
+
+    def submit(kind, *args, _real=failing.submit, **kw):
+        if len(failing.calls) == failing.fail_after:
+            failing.calls.append({"kind": kind})
+            raise RuntimeError("sbatch: timed out")
+        return _real(kind, *args, **kw)
+
+    failing.submit = submit
+    with pytest.raises(RuntimeError, match="timed out"):
+        submit_groups(failing, ledger2, [Group(recs2[0:2]), Group(recs2[2:4]), Group(recs2[4:6])])
+    saved = ledger2.records()
+    assert [L.latest(saved[f"k{i}"], "train")["state"] for i in range(6)] == ["SUBMITTED"] * 2 + ["INTENT"] * 4
+    assert all(len(L.unresolved(saved[f"k{i}"])) == 2 for i in range(2, 6))
