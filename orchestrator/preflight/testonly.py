@@ -25,7 +25,10 @@ class Row:
 
 
 FIXES = (("invalid partition", "name a partition `sinfo` lists in the profile's partition (or watcher.partition)"),
-         ("invalid account", "set the profile's account to one `sacctmgr show assoc user=$USER` lists"),
+         # Slurm says "Invalid account or account/partition combination": the user has no association there
+         ("invalid account", "you have no association in that account (for that partition): set the profile's account "
+                             "(sweep.slurm.overrides.account) to one `sacctmgr show assoc user=$USER "
+                             "format=account,partition` lists, or ask your site's admin to add you to it"),
          ("qos", "set the profile's qos to one your association allows (`sacctmgr show assoc user=$USER`)"),
          ("time limit", "lower the group's time_min (or the watcher's) under the partition's MaxTime"),
          ("memory", "lower mem_gb under what the partition's nodes have"),

@@ -3,11 +3,12 @@ array and on the watcher, then the probe jobs on the node (orchestrator/prefligh
 (exit 0); planted faults each fail with their own row and fix (exit 1); the sweep's directory holds nothing but
 preflight/ afterwards (no ledger, no run dirs, no code snapshot of the sweep).
 
-Planted here: an unknown partition; a missing dataset file, a model directory without weights, a tracking server the
-node cannot reach and an output_root on a nearly full filesystem (one sweep, one preflight: each its own rows); a
-watcher partition that cannot run a job (a partition this test creates DOWN and deletes). Not plantable here: an
-account the cluster refuses. The local cluster runs AccountingStorageEnforce=none (slurm/templates/slurm.conf.in),
-so sbatch accepts any account, and other tests rely on that; enforcing accounts would change every test's cluster.
+Planted here: an unknown partition; an account the cluster refuses (the local cluster enforces associations, as real
+ones do: slurm/templates/slurm.conf.in; `up` gives the submitting users one in account `comedy` and none in
+`chemistry`); a missing dataset file, a model directory without weights, a tracking server the node cannot reach and
+an output_root on a nearly full filesystem (one sweep, one preflight: each its own rows); a watcher partition that
+cannot run a job (a partition this test creates DOWN and deletes). A tracking server that only the second node cannot
+reach is planted in tests/integration/test_two_nodes.py (it needs node 2).
 """
 
 from __future__ import annotations
@@ -60,6 +61,19 @@ def test_preflight_names_an_unknown_partition(slurm_cluster, sweep_args, tmp_pat
     assert not rows["train-0"]["ok"] and "partition" in rows["train-0"]["words"].lower()
     assert "sinfo" in rows["train-0"]["fix"]
     assert not rows["eval-0"]["ok"] and rows["watcher"]["ok"]
+    assert not sweep_dir.exists()  # nothing written: no ledger, no run dirs, no probe
+
+
+def test_preflight_names_an_account_the_cluster_refuses(slurm_cluster, sweep_args, tmp_path):
+    # no submitting user here has an association in `chemistry`: Slurm refuses every job, the watcher's too
+    name, args, sweep_dir = sweep_args
+    bad = orchestrate("preflight", *args, "sweep.slurm.overrides.account=chemistry", "--json", cwd=tmp_path)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    rows = {r["group"]: r for r in rows_of(bad)}
+    assert sorted(rows) == ["eval-0", "train-0", "watcher"], rows  # no probe goes out
+    for row in rows.values():
+        assert not row["ok"] and "Invalid account" in row["words"], row  # Slurm's own words
+        assert "sacctmgr show assoc user=$USER" in row["fix"], row
     assert not sweep_dir.exists()  # nothing written: no ledger, no run dirs, no probe
 
 

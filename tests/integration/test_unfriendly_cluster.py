@@ -67,15 +67,20 @@ def wait(what: str, check, timeout_s: float, every_s: float = 2.0):
 
 
 @pytest.fixture(scope="module")
-def user() -> pwd.struct_passwd:
-    """An ordinary account (uid >= 1000, no capabilities), made once on this machine."""
+def user(slurm_cluster) -> pwd.struct_passwd:
+    """An ordinary account (uid >= 1000, no capabilities), made once on this machine, with a Slurm association."""
     if os.geteuid() != 0:
         pytest.skip("making the unprivileged user needs root (the local cluster itself does too)")
     try:
-        return pwd.getpwnam(USER)
+        pwd.getpwnam(USER)
     except KeyError:
         subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", USER], check=True)
-        return pwd.getpwnam(USER)
+    # The cluster enforces associations, as real ones do: sbatch refuses a user without one. A real site's admin
+    # runs `sacctmgr add user` for each new user; add-user does that here, every session (idempotent), since a
+    # fresh accounting database (slurm/local-cluster, reset_accounting) holds only the users `up` adds.
+    added = subprocess.run([str(slurm_cluster.script), "add-user", USER], capture_output=True, text=True, timeout=300)
+    assert added.returncode == 0, added.stdout + added.stderr
+    return pwd.getpwnam(USER)
 
 
 @pytest.fixture(scope="module")
