@@ -33,11 +33,12 @@ have it, and the seeds counted by verdict. Above 200 cells, a summary instead of
 state, per group (the axes with at most 12 values: model, estimator, placement), and the cells that failed, gave
 up or collapsed (at most 50); --all prints the full tables. Columns that do not fit the terminal are left out,
 named under the table; --json gives every field, each row with its configuration's "summary" (mean, sd, min, max, n per
-metric; verdict counts). A sweep with baselines (sweep.baselines: base models evaluated once) shows them in a
-table of their own: model, chat template, state, each task's mean@k; in --json they follow the cells, each with
-"baseline": true; their jobs are asked in the same one sacct. On Slurm, --json ends with the watcher job's
-entry ("watcher": true: job_id, following, state, partition, last_poll, polls, ended, and "said", the line the
-table prints)."""
+metric; verdict counts) and the bytes checkpoint retention freed in "checkpoints_freed_bytes" (null where it freed
+nothing; the line under the tables sums them). A sweep with baselines (sweep.baselines: base models evaluated
+once) shows them in a table of their own: model, chat template, state, each task's mean@k; in --json they
+follow the cells, each with "baseline": true; their jobs are asked in the same one sacct. On Slurm, --json ends
+with the watcher job's entry ("watcher": true: job_id, following, state, partition, last_poll, polls, ended,
+and "said", the line the table prints)."""
 
 
 def register(subparsers) -> None:

@@ -180,7 +180,9 @@ def cell_row(record: dict, facts: dict) -> dict:
             "config": config_label(record["axes"]), "state": cell_status(record),
             "train_attempts": len(attempts(record, "train")), "eval_attempts": len(attempts(record, "eval")),
             "job_id": job["job_id"] if job else None, "job_state": job["state"] if job else None, **facts,
-            "reason": "; ".join(r for r in reasons if r) or None}
+            "reason": "; ".join(r for r in reasons if r) or None,
+            # what checkpoint_retention freed once the cell was evaluated (orchestrator/watch/retention.py)
+            "checkpoints_freed_bytes": (record.get("retention") or {}).get("freed_bytes")}
 
 
 def clashing_names(records) -> set[str]:

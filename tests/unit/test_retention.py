@@ -8,6 +8,7 @@ import json
 import time
 from pathlib import Path
 
+from orchestrator.cli import main
 from orchestrator.cluster.options import Options, save_options
 from orchestrator.launch import ledger as L
 from orchestrator.launch.ledger import Ledger
@@ -91,7 +92,7 @@ def evaluated_cell(sweep_dir: Path, key: str, eval_state: str, answers: dict) ->
     Ledger(sweep_dir).save(record)
 
 
-def test_the_watcher_frees_checkpoints_only_when_it_settles_an_evaluated_cell(tmp_path):
+def test_the_watcher_frees_checkpoints_only_when_it_settles_an_evaluated_cell(tmp_path, capsys):
     """Seam: the watcher's poll settles one cell as completed (its evaluation COMPLETED) and frees its checkpoints;
     the cell whose evaluation failed keeps every one; status says what was freed."""
     answers: dict = {}
@@ -107,6 +108,10 @@ def test_the_watcher_frees_checkpoints_only_when_it_settles_an_evaluated_cell(tm
     assert not bad.get("retention") and (RunDir(tmp_path / "bad").checkpoint(tag_for(4)) / "rng_rank0.pt").is_file()
     assert Ledger(tmp_path).load("good")["retention"]["freed_bytes"] == 4 * SHARD  # saved with the verdict
     assert f"{4 * SHARD:,} bytes" in freed_line(records)
+    # status --json: the same bytes, on the cell that freed them (rows the table's line sums)
+    assert main(["status", str(tmp_path), "--json"]) == 0
+    rows = {r["run_key"]: r for r in json.loads(capsys.readouterr().out) if "run_key" in r}
+    assert rows["good"]["checkpoints_freed_bytes"] == 4 * SHARD and rows["bad"]["checkpoints_freed_bytes"] is None
 
 
 def test_the_default_keeps_every_checkpoint(tmp_path):
