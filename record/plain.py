@@ -94,12 +94,29 @@ _BUILT: dict[tuple, object] = {}
 
 
 def _memo_key(cls, path: str, data: Mapping) -> tuple | None:
-    try:
-        key = (cls, path, *((k, type(v), v) for k, v in data.items()))
+    try:  # scalars only (most sections): the items and their types, built by C loops
+        key = (cls, path, tuple(data.items()), tuple(map(type, data.values())))
         hash(key)
-    except TypeError:  # a list or dict value: not worth freezing
+        return key
+    except TypeError:  # a list or mapping value: frozen, with its types at every level
+        pass
+    try:
+        key = (cls, path, *((k, _frozen(v)) for k, v in data.items()))
+        hash(key)
+    except TypeError:  # a value that cannot be frozen (a set, an object): built every time
         return None
     return key
+
+
+def _frozen(value) -> tuple:
+    """A hashable stand-in for a plain value, its type at every level (a list of eval tasks is frozen too: the
+    evaluation section of 10,000 cells is then built once, not 10,000 times, issue 25)."""
+    kind = type(value)
+    if kind is list or kind is tuple:
+        return kind, tuple(_frozen(v) for v in value)
+    if isinstance(value, Mapping):
+        return dict, tuple((k, _frozen(v)) for k, v in value.items())
+    return kind, value
 
 
 def is_jsonable(value) -> bool:

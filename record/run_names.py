@@ -79,20 +79,20 @@ def sweep_tags(manifest: Mapping) -> dict[str, str]:
 PARAM_VALUE_MAX = 6000  # MLflow's longest param value
 
 
-def sweep_params(name: str, seeds, configs: list[Mapping]) -> dict[str, str]:
+def sweep_params(name: str, seeds, configs: list[Mapping], cells: int | None = None) -> dict[str, str]:
     """The sweep's settings as its parent run's params, so that two sweeps compare in the UI: every config key
     (dotted, as the cells' params are named) with its one value where every cell has the same, else its distinct
     values in order joined by commas; and `sweep/name`, `sweep/seeds`, `sweep/cells`. Computed at submission from
     every cell (orchestrator/launch/materialise.py keeps it in the manifest); the tracking settings are left out
-    (where a run logs is not what it computes)."""
-    values: dict[str, list[str]] = {}
+    (where a run logs is not what it computes). `cells`: the sweep's cell count where `configs` leave out sections
+    an earlier config of the list had already (materialise passes each distinct section once: issue 25)."""
+    values: dict[str, dict[str, None]] = {}
     for config in configs:
         for key, value in flatten_params(config).items():
             if not key.startswith("tracking."):
-                seen = values.setdefault(key, [])
-                if value not in seen:
-                    seen.append(value)
-    out = {"sweep/name": str(name), "sweep/seeds": ",".join(map(str, seeds)), "sweep/cells": str(len(configs))}
+                values.setdefault(key, {})[value] = None  # distinct, in order of first appearance
+    out = {"sweep/name": str(name), "sweep/seeds": ",".join(map(str, seeds)),
+           "sweep/cells": str(len(configs) if cells is None else cells)}
     out.update({key: ",".join(seen)[:PARAM_VALUE_MAX] for key, seen in values.items()})
     return out
 

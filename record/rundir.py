@@ -96,10 +96,13 @@ def config_tables_dir(sweep_dir: str | os.PathLike) -> Path:
     return Path(sweep_dir) / CONFIG_TABLES
 
 
-def write_config_table(sweep_dir: str | os.PathLike, array: str, configs: dict[str, dict]) -> Path:
-    """One array's run configs (run_key -> config) in one file, whole or not at all: one write and one fsync."""
+def write_config_table(sweep_dir: str | os.PathLike, array: str, configs: dict[str, dict],
+                       packed: dict | None = None) -> Path:
+    """One array's run configs (run_key -> config) in one file, whole or not at all: one write and one fsync.
+    `packed`: `config_table.pack(configs)`, where the caller has it already."""
     path = config_tables_dir(sweep_dir) / f"{array}.json"
-    atomic_write(path, json.dumps(config_table.pack(configs), separators=(",", ":")))
+    table = packed if packed is not None else config_table.pack(configs)
+    atomic_write(path, json.dumps(table, separators=(",", ":")))
     return path
 
 

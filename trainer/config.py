@@ -310,11 +310,19 @@ class RunConfig:
         except ConfigError as err:
             raise ConfigError([p if not path else f"{path}.{p}" for p in err.problems], where) from None
 
-    def to_dict(self) -> dict:
-        """Plain, YAML/JSON-ready values (tuples become lists), every field included."""
+    def to_dict(self, shared: dict | None = None) -> dict:
+        """Plain, YAML/JSON-ready values (tuples become lists), every field included. `shared`: a cache the
+        caller keeps across configs, so a section object many cells hold becomes ONE dict they all hold (10,000
+        cells, issue 25): the caller then only reads them (orchestrator/launch/materialise.py)."""
         out: dict = {}
         for name in _COMPONENTS:
-            out[name] = {k: list(v) if type(v) is tuple else v for k, v in items_of(getattr(self, name))}
+            section = getattr(self, name)
+            if shared is not None and id(section) in shared:
+                out[name] = shared[id(section)][1]
+                continue
+            out[name] = {k: list(v) if type(v) is tuple else v for k, v in items_of(section)}
+            if shared is not None:
+                shared[id(section)] = (section, out[name])  # the section held: its id stays its own
         out["seed"] = self.seed
         out["collapse"] = to_plain(self.collapse)
         return out

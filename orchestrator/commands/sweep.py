@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"{len(probed)} cell(s) finished by a probe entry train again from step 0 (outputs moved to "
                   f"superseded/{PROBE_TAG}/)", soft_wrap=True)
     report = launch(sweep, sweep_dir, backend, options, retry_failed=args.retry_failed, watcher=starter,
-                    adopted=adopted, rerun=(*(changed if args.rerun_changed else ()), *probed))
+                    adopted=adopted, rerun=(*(changed if args.rerun_changed else ()), *probed), known=before)
     kept = ", ".join(f"{n} {why}" for why, n in sorted(report.kept.items())) or "none"
     if report.resolved:
         out.print(f"settled {report.resolved} submission(s) an interrupted orchestrator had left, by job name")

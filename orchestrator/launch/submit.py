@@ -40,18 +40,20 @@ class LaunchReport:
 
 
 def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_failed: bool = False,
-           watcher=None, adopted: Adopted | None = None, rerun: tuple[Changed, ...] = ()) -> LaunchReport:
+           watcher=None, adopted: Adopted | None = None, rerun: tuple[Changed, ...] = (),
+           known: dict[str, dict] | None = None) -> LaunchReport:
     """Submit what the sweep still needs (`triage`), idempotently: one sbatch per training array and one per
     evaluation array. Holds the sweep's lock; settles an interrupted orchestrator's intents first. `watcher`
     (orchestrator/watch/job.py `Starter`, Slurm only): its `ids()` join the one sacct, and it is called under
     the lock with the records (the new ones in memory) and Slurm's rows, before the cells' sbatch, to start the
     sweep's watcher job unless one is live. `adopted` (orchestrator/launch/adopt.py): records written before
     identity version 2, with what was recognised in them, written into them here. `rerun`: trained cells that
-    train again from step 0, their outputs moved aside first (orchestrator/launch/fingerprints.py)."""
+    train again from step 0, their outputs moved aside first (orchestrator/launch/fingerprints.py). `known`: the
+    records the caller read before taking the lock, unmodified: used when no ledger file changed since."""
     ledger = Ledger(sweep_dir)
     watcher = watcher if backend.kind == "slurm" else None
     with ledger.lock("orchestrate sweep", wait_s=60.0):  # a watcher job holds it for one poll at a time
-        records = ledger.records()
+        records = ledger.records(unless_changed=known)
         _mark_adopted(ledger, records, adopted)
         resolved = settle_intents(ledger, backend, records)
         said = refresh(ledger, backend, records, also=watcher.ids() if watcher else ())

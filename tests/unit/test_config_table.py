@@ -13,11 +13,12 @@ import pytest
 
 from orchestrator.cli import main
 from orchestrator.cluster import query
-from orchestrator.launch.materialise import materialise
+from orchestrator.launch.materialise import _distinct_sections, materialise
 from orchestrator.launch.plan import make_plan
 from orchestrator.status.cells import run_config
 from orchestrator.sweep.expand import load_sweep
 from record.config_table import pack, unpack
+from record.run_names import sweep_params
 from record.rundir import RunDir, atomic_write, config_tables_dir, config_text
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,6 +42,22 @@ def test_pack_round_trips_every_shape_exactly():
     packed = json.loads(json.dumps(pack(configs)))
     assert all(config_text(unpack(packed, k)) == config_text(v) for k, v in configs.items())
     assert len(json.dumps(packed)) < len(json.dumps(configs)) / 5  # what the file saves over a config per cell
+
+
+def test_what_materialise_shares_by_identity_gives_the_same_table_and_parent_params():
+    # one dict per section object (issue 25): the packed table and the parent's params are those of a config per
+    # cell walked whole, on the paper's grids (estimators x placements x betas x seeds)
+    for name in ("onpolicy.yaml", "offpolicy.yaml"):
+        sweep = load_sweep(REPO / "sweeps" / name)
+        shared: dict = {}
+        datas = [c.config.to_dict(shared) for c in sweep.cells]
+        fresh = [c.config.to_dict() for c in sweep.cells]
+        assert datas == fresh and len(shared) < 2 * len(sweep.cells)  # shared: fewer dicts than cells x sections
+        assert pack(dict(zip((c.run_key for c in sweep.cells), datas))) == \
+            pack(dict(zip((c.run_key for c in sweep.cells), fresh)))
+        distinct = _distinct_sections(datas)
+        assert sum(map(len, distinct)) < sum(map(len, datas))
+        assert sweep_params("s", (0,), distinct, len(datas)) == sweep_params("s", (0,), fresh)
 
 
 def test_a_submission_writes_one_file_per_array_and_the_job_writes_its_config_yaml(tmp_path):

@@ -196,6 +196,25 @@ def test_a_save_of_many_cells_writes_one_file_per_shard_not_per_cell(tmp_path, m
     assert ledger.load("key01234")["name"] == "c1234"
 
 
+def test_records_read_before_the_lock_are_reused_only_while_no_ledger_file_changed(tmp_path):
+    """Issue 25: `orchestrate sweep` reads the ledger, then again under the lock; the second read reuses the first
+    when no file changed, and parses again after any save, cancellation marker or legacy file."""
+    ledger = L.Ledger(tmp_path)
+    ledger.save_all([L.new_record("s", f"key{i}", f"c{i}", {}, tmp_path / f"c{i}") for i in range(40)])
+    before = ledger.records()
+    assert L.Ledger(tmp_path).records(unless_changed=before) is before
+    assert ledger.records(unless_changed=dict(before)) is not before  # not a ledger's answer: read
+    record = before["key3"]
+    ledger.save(dict(record, name="renamed"))
+    again = ledger.records(unless_changed=before)
+    assert again is not before and again["key3"]["name"] == "renamed"
+    ledger.mark_cancelled("key5", ["1"], 0.0)
+    third = ledger.records(unless_changed=again)
+    assert third is not again and third["key5"]["user_cancelled"]["job_ids"] == ["1"]
+    (ledger.dir / "legacy.json").write_text(json.dumps(L.new_record("s", "legacy", "c", {}, tmp_path / "c")))
+    assert "legacy" in ledger.records(unless_changed=third)
+
+
 def test_a_legacy_sweep_with_one_file_per_cell_is_read_and_migrated_on_save(tmp_path):
     """A sweep written before the shards: its per-cell files are read as they are; a save moves a record into its
     shard and removes its old file; a shard's copy wins over a leftover file (a crash between the two steps)."""
