@@ -60,7 +60,8 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     sweep_dir, out = sweep_dir_of(args.sweep, args.overrides), console()
     if args.json:
-        print(json.dumps(all_rows(sweep_dir), indent=1, default=str))
+        # one row per line: json's C encoder (an indent is its pure-Python one: seconds at 10,000 cells, issue 25)
+        print("[\n" + ",\n".join(json.dumps(row, default=str) for row in all_rows(sweep_dir)) + "\n]")
         return 0
     if not args.watch:
         records, watcher, bases = read(sweep_dir)

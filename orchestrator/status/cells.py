@@ -5,6 +5,7 @@ are listed in orchestrator/status/outcomes.py, which turns both into rows). Read
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import yaml
@@ -55,12 +56,13 @@ def _is_slurm(record: dict) -> bool:
     return all(j.get("executor", "slurm") == "slurm" for j in record["jobs"])
 
 
-def run_dir_facts(run_dir: Path) -> dict:
+def run_dir_facts(run_dir: Path, exists: bool | None = None) -> dict:
     """What the run directory says: step (latest checkpoint), latest metrics, the collapse verdict with its step
-    and reason, the evaluation's metrics (see orchestrator/status/outcomes.py for the files' contract)."""
+    and reason, the evaluation's metrics (see orchestrator/status/outcomes.py for the files' contract).
+    `exists`: whether the directory exists, where the caller listed its parent already."""
     run = RunDir(run_dir)
     facts: dict = {"step": None, "metrics": {}}
-    if not run.path.is_dir():  # no job has started (its job makes it, issue 25): one stat, not a read per file
+    if not (run.path.is_dir() if exists is None else exists):  # no job has started (its job makes it, issue 25)
         evals = outcomes.evaluations([], None)
         return {**facts, **outcomes.verdict_fields(None), **outcomes.objective_fields(None), "evals": evals,
                 "eval": outcomes.merged_eval(evals), "undelivered": 0}
@@ -95,7 +97,14 @@ def undelivered(run_dir: Path) -> int:
 def cell_rows(records: dict[str, dict]) -> list[dict]:
     """Every cell's row, by name, each with its configuration's summary over seeds under "summary"; cells that
     share a name carry what tells them apart (outcomes.told_apart, from each run's config.yaml)."""
-    data = [outcomes.cell_row(r, run_dir_facts(Path(r["run_dir"])))
+    listed: dict[str, set[str]] = {}  # one listing per parent directory, not a stat per cell (issue 25)
+    for parent in {os.path.dirname(r["run_dir"]) for r in records.values()}:
+        try:
+            listed[parent] = {e.name for e in os.scandir(parent) if e.is_dir()}
+        except OSError:
+            listed[parent] = set()
+    data = [outcomes.cell_row(r, run_dir_facts(Path(r["run_dir"]), os.path.basename(r["run_dir"]) in
+                                               listed[os.path.dirname(r["run_dir"])]))
             for r in sorted(records.values(), key=lambda r: r["name"])]
     if outcomes.clashing_names(records.values()):  # read the configs only then: 10k YAML files take a while
         configs = {key: run_config(Path(r["run_dir"])) for key, r in records.items()}
