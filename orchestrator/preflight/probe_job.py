@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from orchestrator.cluster.entry import is_rank0, write_json
 from orchestrator.cluster.paths import NAMED_MODELS, hub_snapshot, missing_parts
@@ -127,10 +128,20 @@ def tracking_check(uri: str) -> dict:
     try:
         return check(label, True, write_and_read(uri))
     except Exception as err:  # noqa: BLE001 - whatever the store answers (or the network) is the row
-        return check(label, False, f"from this node: {type(err).__name__}: {' '.join(str(err).split())[:300]}",
-                     "the nodes cannot use the store: bind the server to an address they reach (`orchestrate "
-                     "tracking up --host 0.0.0.0`), open its port, check its credentials, or use a store on a "
-                     "filesystem the nodes share")
+        return check(label, False, f"from node {socket.gethostname()}: {type(err).__name__}: "
+                     f"{' '.join(str(err).split())[:300]}", tracking_fix(uri))
+
+
+def tracking_fix(uri: str) -> str:
+    # A loopback URI passes the login node's own check and names, on every other node, that node itself.
+    host = urlsplit(uri).hostname or ""
+    if host == "localhost" or host.startswith("127.") or host == "::1":
+        return (f"{host} on a compute node is that node itself: give the jobs the address the compute nodes reach "
+                "(the Slurm profile's tracking_uri, e.g. the URI `orchestrate tracking up --host 0.0.0.0` prints, "
+                "which names the login node's host)")
+    return ("the nodes cannot use the store: bind the server to an address they reach (`orchestrate tracking up "
+            "--host 0.0.0.0`) and name that address (the Slurm profile's tracking_uri), open its port, check its "
+            "credentials, or use a store on a filesystem the nodes share")
 
 
 def disk_check(spec: dict) -> dict:

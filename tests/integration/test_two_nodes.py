@@ -267,6 +267,7 @@ def test_a_cell_on_the_second_node_logs_every_step_through_the_profiles_tracking
     from orchestrator.tracking.postgres import free_port  # noqa: PLC0415
     from orchestrator.tracking.server import down, up  # noqa: PLC0415
     from orchestrator.watch.watcher import Watcher  # noqa: PLC0415
+    from record.rundir import RunDir  # noqa: PLC0415
     from tests.support.slurm_queue import cancel_named  # noqa: PLC0415
     from tests.support.tracking_server import open_tmp_dir  # noqa: PLC0415
     from trainer.tiny_model import ensure_tiny_model  # noqa: PLC0415
@@ -300,7 +301,8 @@ def test_a_cell_on_the_second_node_logs_every_step_through_the_profiles_tracking
         sweep_dir = tmp_path / name
         ledger = Ledger(sweep_dir)
         [key] = ledger.records()
-        assert f"tracking_uri: {uri}\n" in (sweep_dir / key / "config.yaml").read_text()
+        # the cell's config (its array's file until the job writes config.yaml: issue 25) carries the profile's URI
+        assert RunDir(sweep_dir / key).read_config()["tracking"]["tracking_uri"] == uri
         with ledger.lock("the two-node tracking test", wait_s=60.0) as keep_alive:
             records = Watcher(ledger, SlurmBackend(sweep_dir, load_options(sweep_dir)), 0, log=print).run(
                 poll_s=2.0, timeout_s=900, keep_alive=keep_alive)
@@ -319,3 +321,61 @@ def test_a_cell_on_the_second_node_logs_every_step_through_the_profiles_tracking
         down(data_dir, say=lambda _: None)
         shutil.rmtree(data_dir.parent, ignore_errors=True)
     print(f"a cell on {second} through {uri}: {time.monotonic() - started:.0f} s")
+
+
+# --- preflight: a tracking server only the login node reaches (issue 31, a planted fault) ----------------------
+
+@pytest.fixture
+def node2_only(pair) -> Iterator[str]:
+    """A partition of node 2 alone, this test's own: the sweep's arrays (and so their probes) run on node 2, while
+    its watcher's probe stays on node 1 (`service`, the profile's watcher partition)."""
+    name = f"n2only{os.getpid()}"
+    subprocess.run(["scontrol", "create", f"PartitionName={name}", f"Nodes={pair.nodes[1]}", "MaxTime=INFINITE",
+                    "State=UP"], check=True, capture_output=True)
+    try:
+        yield name
+    finally:
+        subprocess.run(["scontrol", "delete", f"PartitionName={name}"], check=False, capture_output=True)
+
+
+@pytest.mark.reliability
+def test_preflight_fails_a_tracking_uri_that_only_the_login_node_reaches(pair, node2_only, tmp_path):
+    """A live MLflow server on node 1 (the login node), listening on every address; the sweep names it as
+    `http://127.0.0.1:<port>`. The login node's check passes, and every job would buffer its points on node 2, whose
+    127.0.0.1 is its own loopback. Preflight's probes on node 2 say so, each tracking row naming the node and the
+    fix (the address the nodes reach), exit 1; nothing of the sweep is written, nothing reaches the store."""
+    from mlflow import MlflowClient  # noqa: PLC0415
+
+    from orchestrator.tracking.check import check_stores  # noqa: PLC0415
+    from orchestrator.tracking.postgres import free_port  # noqa: PLC0415
+    from orchestrator.tracking.server import down, up  # noqa: PLC0415
+    from tests.support.probe_sweep import SMALL, orchestrate  # noqa: PLC0415
+    from tests.support.tracking_server import open_tmp_dir  # noqa: PLC0415
+
+    started = time.monotonic()
+    second = pair.nodes[1]
+    data_dir = open_tmp_dir("node2-preflight") / "data"
+    state = up(data_dir, host="0.0.0.0", port=free_port(), workers=1, install=False, say=lambda _: None)
+    uri = f"http://127.0.0.1:{state.port}"
+    name = f"p{os.getpid()}{int(time.time()) % 100000}"
+    try:
+        check_stores([uri])  # the login node's check (orchestrate sweep's): the server answers here
+        done = orchestrate("preflight", str(ROOT / "sweeps" / "smoke.yaml"), f"sweep.name={name}",
+                           f"sweep.output_root={tmp_path}", *SMALL, f"sweep.slurm.overrides.partition={node2_only}",
+                           f"tracking.tracking_uri={uri}", "--json", "--probe-timeout", "300", cwd=tmp_path,
+                           timeout=400)
+        assert done.returncode == 1, done.stdout + done.stderr
+        rows = json.loads(done.stdout)["rows"]
+        failed = [r for r in rows if not r["ok"]]
+        assert {r["group"] for r in failed} == {"train-0", "eval-0"}, failed  # the watcher's probe (node 1) passes
+        for row in failed:  # the tracking row and nothing else: imports, model, data, run dir pass on node 2
+            assert row["check"] == f"tracking {uri}", row
+            assert f"from node {second}:" in row["words"], row
+            assert "that node itself" in row["fix"] and "tracking_uri" in row["fix"], row
+        assert sorted(p.name for p in (tmp_path / name).iterdir()) == ["preflight"]  # nothing of the sweep
+        experiments = {e.name for e in MlflowClient(tracking_uri=uri).search_experiments()}
+        assert experiments <= {"Default"}, experiments  # not the sweep's, and no probe got through
+    finally:
+        down(data_dir, say=lambda _: None)
+        shutil.rmtree(data_dir.parent, ignore_errors=True)
+    print(f"preflight on {second} against {uri}: {time.monotonic() - started:.0f} s")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from orchestrator.cluster.query import JobRow
 from orchestrator.launch.plan import make_plan
-from orchestrator.preflight.probe_job import data_check, disk_check, imports, model_check
+from orchestrator.preflight.probe_job import data_check, disk_check, imports, model_check, tracking_fix
 from orchestrator.preflight.probes import PROBE_TIME_MIN, plan_probes, report_rows
 from orchestrator.preflight.wait import hopeless, words
 from orchestrator.sweep.expand import load_sweep
@@ -87,3 +87,11 @@ def test_a_probe_state_is_said_and_a_down_partition_ends_the_wait():
     assert words(JobRow("1", "p", "COMPLETED")) == "done (COMPLETED)"
     assert hopeless(JobRow("1", "p", "PENDING", reason="PartitionDown"))
     assert not hopeless(JobRow("1", "p", "PENDING", reason="Resources")) and not hopeless(None)
+
+
+def test_a_loopback_tracking_uri_gets_the_fix_that_names_the_address_the_nodes_reach():
+    for uri in ("http://127.0.0.1:5000", "http://localhost:5000/", "http://[::1]:5000"):
+        fix = tracking_fix(uri)
+        assert "that node itself" in fix and "tracking_uri" in fix, (uri, fix)
+    assert "that node itself" not in tracking_fix("http://login1:5000")
+    assert "--host 0.0.0.0" in tracking_fix("http://login1:5000")
