@@ -233,11 +233,24 @@ def apply_slurm_states(records: dict[str, dict], rows_of, queued_of=None, now: f
     return list(changed.values()), 2 if gone else 1
 
 
-def shard_text(records: dict[str, dict]) -> str:
-    """A shard as JSON with one record per line: greppable, and encoded by json's C encoder (an `indent` makes json
-    use its pure-Python one, 10x slower: at 10,000 cells that was most of a submission, issue 25)."""
-    lines = ",\n".join(f"{json.dumps(key)}: {json.dumps(record)}" for key, record in records.items())
-    return f'{{"version": {VERSION}, "records": {{\n{lines}\n}}}}\n'
+def shard_text(lines: dict[str, str]) -> str:
+    """A shard as JSON with one record per line (`lines`: run_key -> the record's JSON): greppable, and each record
+    encoded by json's C encoder (an `indent` makes json use its pure-Python one, 10x slower: at 10,000 cells that
+    was most of a submission, issue 25)."""
+    body = ",\n".join(f"{json.dumps(key)}: {line}" for key, line in lines.items())
+    return f'{{"version": {VERSION}, "records": {{\n{body}\n}}}}\n'
+
+
+def _stat_of(path: Path) -> tuple | None:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _shard_digit(run_key: str) -> str:
+    return hashlib.sha256(run_key.encode()).hexdigest()[0]
 
 
 class Records(dict):
@@ -258,13 +271,16 @@ class Ledger:
     def __init__(self, sweep_dir: str | Path):
         self.sweep_dir = Path(sweep_dir)
         self.dir = self.sweep_dir / "ledger"
+        # shard -> (its stat after our last write, run_key -> record JSON): a second save by this writer re-encodes
+        # only the records it saves, not the shard read back (the submission's ids after its intents, issue 25)
+        self._written: dict[Path, tuple[tuple | None, dict[str, str]]] = {}
 
     def path(self, run_key: str) -> Path:
         """Where a sweep written before the shards kept this cell's record (read, then migrated by a save)."""
         return self.dir / f"{run_key}.json"
 
     def shard_path(self, run_key: str) -> Path:
-        return self.dir / "shards" / f"{hashlib.sha256(run_key.encode()).hexdigest()[0]}.json"
+        return self.dir / "shards" / f"{_shard_digit(run_key)}.json"
 
     def exists(self) -> bool:
         return self.dir.is_dir()
@@ -326,18 +342,28 @@ class Ledger:
     def save_all(self, records: Iterable[dict]) -> None:
         """One atomic write (temp file + fsync + rename) per shard these records fall in, whatever their number;
         only the lock holder writes, so reading the shard and writing it back loses nobody's record."""
-        by_shard: dict[Path, list[dict]] = {}
+        by_shard: dict[str, list[dict]] = {}
         legacy = {p.stem for p in self.dir.glob("*.json")} if self.dir.is_dir() else set()
         for record in records:
-            by_shard.setdefault(self.shard_path(record["run_key"]), []).append(record)
-        for path, group in by_shard.items():
-            shard = self._shard(path)
+            by_shard.setdefault(_shard_digit(record["run_key"]), []).append(record)
+        for digit, group in by_shard.items():
+            path = self.dir / "shards" / f"{digit}.json"
+            lines = self._lines(path)
             for record in group:
-                shard[record["run_key"]] = {k: v for k, v in record.items() if k != "user_cancelled"}  # derived
-            atomic_write(path, shard_text(shard))
+                lines[record["run_key"]] = json.dumps({k: v for k, v in record.items() if k != "user_cancelled"})
+            atomic_write(path, shard_text(lines))
+            self._written[path] = (_stat_of(path), lines)
             for record in group:
                 if record["run_key"] in legacy:  # migrated: the shard now holds it
                     self.path(record["run_key"]).unlink(missing_ok=True)
+
+    def _lines(self, path: Path) -> dict[str, str]:
+        """The shard's records as JSON lines: what this writer wrote last if the file is still that (its stat),
+        else read from the file."""
+        stat, lines = self._written.get(path, (None, None))
+        if lines is not None and stat is not None and stat == _stat_of(path):
+            return dict(lines)  # a copy: a save that fails to write leaves the remembered lines as on disk
+        return {key: json.dumps(record) for key, record in self._shard(path).items()}
 
     def mark_cancelled(self, run_key: str, job_ids: list[str], now: float) -> None:
         atomic_write(self.dir / "cancelled" / f"{run_key}.json",

@@ -215,6 +215,24 @@ def test_records_read_before_the_lock_are_reused_only_while_no_ledger_file_chang
     assert "legacy" in ledger.records(unless_changed=third)
 
 
+def test_a_writers_second_save_reencodes_only_its_records_yet_never_loses_another_writers(tmp_path):
+    """Issue 25: a save remembers the shard's lines it wrote; the next save of the same writer starts from them
+    only while the file is what it wrote (a watcher that took the lock in between wrote it: read again)."""
+    first = L.Ledger(tmp_path)
+    records = [L.new_record("s", f"key{i}", f"c{i}", {}, tmp_path / f"c{i}") for i in range(64)]
+    first.save_all(records)
+    other = L.Ledger(tmp_path)  # another process, holding the lock after the first let it go
+    theirs = other.records()["key7"]
+    other.save(dict(theirs, name="by the watcher"))
+    first.save(dict(records[8], name="mine"))
+    saved = L.Ledger(tmp_path).records()
+    assert saved["key7"]["name"] == "by the watcher" and saved["key8"]["name"] == "mine"
+    assert len(saved) == 64
+    first.save(dict(records[9], name="again"))  # from its remembered lines this time: still every record
+    saved = L.Ledger(tmp_path).records()
+    assert (saved["key7"]["name"], saved["key9"]["name"], len(saved)) == ("by the watcher", "again", 64)
+
+
 def test_a_legacy_sweep_with_one_file_per_cell_is_read_and_migrated_on_save(tmp_path):
     """A sweep written before the shards: its per-cell files are read as they are; a save moves a record into its
     shard and removes its old file; a shard's copy wins over a leftover file (a crash between the two steps)."""

@@ -186,3 +186,18 @@ def test_several_arrays_write_every_intent_before_the_first_sbatch_and_every_id_
     saved = ledger2.records()
     assert [L.latest(saved[f"k{i}"], "train")["state"] for i in range(6)] == ["SUBMITTED"] * 2 + ["INTENT"] * 4
     assert all(len(L.unresolved(saved[f"k{i}"])) == 2 for i in range(2, 6))
+
+
+def test_an_arrays_log_paths_made_from_the_first_are_submitits_own(tmp_path):
+    # issue 25: the tasks' log names are made from the first task's, not asked of submitit 10,000 times
+    from submitit.slurm.slurm import SlurmJob
+
+    from orchestrator.cluster.arrays import array_folder
+    from orchestrator.cluster.executor import _logs
+
+    folder = array_folder(tmp_path / "slurm" / "%j")
+    for ids in (["101"], [f"1003_{i}" for i in range(12)], [f"77_{i}" for i in (0, 1, 10, 100, 1000)]):
+        jobs = [SlurmJob(folder=folder, job_id=i, tasks=[0]) for i in ids]
+        assert _logs(jobs) == [(str(j.paths.stdout), str(j.paths.stderr)) for j in jobs]
+    odd = [SlurmJob(folder=tmp_path / "%j", job_id=f"5_{i}", tasks=[0]) for i in range(4)]  # a folder per job
+    assert _logs(odd) == [(str(j.paths.stdout), str(j.paths.stderr)) for j in odd]
