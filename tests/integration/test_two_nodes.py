@@ -1,5 +1,7 @@
 """Two nodes on one machine (`slurm/local-cluster up --nodes 2`): the second slurmd is its own host, and a training
-cell laid out as 2 nodes x 1 rank logs what 1 node x 2 ranks logs, and resumes across placements.
+cell laid out as 2 nodes x 1 rank logs what 1 node x 2 ranks logs, and resumes across placements. A cell on node 2
+logs through the address the profile names, and preflight's probes on node 2 fail a tracking URI (127.0.0.1) that
+only the login node reaches.
 
 The module brings the second node up and, when it is done, restores the one-node cluster every other test module
 expects. Where this machine cannot make network namespaces the tests skip, naming what they would need.
