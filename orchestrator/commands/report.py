@@ -9,7 +9,7 @@ from pathlib import Path
 
 from orchestrator.arguments import add_sweep_dir_argument
 from orchestrator.launch.ledger import Ledger
-from orchestrator.report import asynchronous, bias, late, paper
+from orchestrator.report import asynchronous, bias, late, missing, paper
 from orchestrator.report import baselines as base_models
 from orchestrator.status.baselines import baseline_rows, current_baselines
 from orchestrator.status.cells import cell_rows, current_records, run_config
@@ -25,17 +25,19 @@ EXAMPLES = """examples:
   orchestrate report runs/onpolicy
   orchestrate report sweeps/smoke.yaml --out /tmp/smoke-report
 
-Writes into DIR (default <sweep_dir>/report): report.md, report.html (one page, the figures embedded) and the
-PNGs. Training curves (KL, reward, held-out pass@1, response length; one panel per estimator and placement, one
-line per beta: the mean over seeds, a band from the lowest seed to the highest, beta = 0 dashed) come from MLflow
+Writes into DIR (default <sweep_dir>/report): report.md, report.html (one page, the figures embedded), the
+PNGs and missing.tsv (the cells missing from the report, one row per cell). Training curves (KL, reward,
+held-out pass@1, response length; one panel per estimator and placement, one line per beta: the mean over seeds,
+a band from the lowest seed to the highest, beta = 0 dashed) come from MLflow
 (each cell's mlflow_run.json); a cell without one, or a store that cannot be reached, is drawn from its run
 directory instead (the checkpoint's collapse history: KL, length, held-out pass@1; and the last logged step),
 and the report says so. Final mean@k per task with its seed spread and its relative change against the beta = 0
 cell of the same model (eval_result.json), each base model's mean@k (sweep.baselines) a dotted line beside them and
 in a table of its own; Table 1's behaviour column from the collapse verdicts
-(verdict.json); cells still running, failed, not evaluated or never submitted are listed with why. Each distinct
-objective among the cells on the toy model of section 3.3 (as `orchestrate validate` prints it): in the report, in
-bias-table.md and on the terminal."""
+(verdict.json); cells still running, failed, not evaluated or never submitted are listed with why (above 200
+cells: counted by state and why, with a few of each; --all lists them all). Each distinct objective among the
+cells on the toy model of section 3.3 (as `orchestrate validate` prints it): in the report, in bias-table.md and
+on the terminal."""
 
 
 def register(subparsers) -> None:
@@ -46,6 +48,9 @@ def register(subparsers) -> None:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_sweep_dir_argument(parser)
     parser.add_argument("--out", metavar="DIR", help="where to write the report (default <sweep_dir>/report)")
+    parser.add_argument("--all", action="store_true", dest="everything",
+                        help="above 200 cells, list every cell missing from the report in it too (by default: "
+                             "counts by state and why, with examples; missing.tsv beside it lists them all)")
     parser.set_defaults(func=run)
 
 
@@ -74,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
     figures["async"] = [_save(plots().async_figure(fig7), out, "async-figure7", images,
                               "Figure 7: held-out pass@1 by KL configuration and async level")] if fig7 else []
     planned = read_manifest(sweep_dir).get("cells", [])
-    blocks = paper.document(sweep_dir.name, data, kls, paper.coverage(data, planned), figures, notes)
+    gaps = paper.coverage(data, planned)
+    (out / missing.FILE).write_text(missing.tsv(gaps), encoding="utf-8")  # every row, whatever the document shows
+    blocks = paper.document(sweep_dir.name, data, kls, gaps, figures, notes, args.everything, missing.FILE)
     blocks += base_models.blocks(bases)
     blocks += asynchronous.blocks(figures["async"])
     made = bias.table(configs)  # each distinct objective on the toy model: a second or two, torch included
@@ -92,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
     done = sum(1 for r in data if paper.finished(r))
     print(f"{sweep_dir.name}: {len(data)} cells, {done} finished; {len(images)} figures; "
           f"{out / 'report.html'} and report.md")
+    if missing.summarised(gaps, missing.sweep_cells(data, gaps), args.everything):
+        print(f"{len(gaps)} cells missing from the report, counted by state in it (--all lists them there): "
+              f"every one in {out / missing.FILE}")
     if table_md:
         print(f"{bias.TITLE} ({out / 'bias-table.md'}):")
         print(paper.render_markdown([b for b in bias.blocks(made) if b[0] == "table"]), end="")

@@ -19,6 +19,7 @@ import html
 import statistics
 from collections.abc import Mapping, Sequence
 
+from orchestrator.report import missing
 from orchestrator.status import outcomes
 from record.identity import cell_name, format_value
 
@@ -190,9 +191,11 @@ def behaviour(rows: Sequence[Mapping], kls: Mapping[str, Mapping]) -> list[dict]
 # --- the report as blocks --------------------------------------------------------------------------------------
 
 def document(sweep: str, rows: Sequence[Mapping], kls: Mapping[str, Mapping], gaps: Sequence[Mapping],
-             figures: Mapping[str, Sequence[tuple[str, str]]], notes: Sequence[str]) -> list[tuple]:
-    """The report's blocks (render_markdown / render_html): what it covers, the cells it lacks, Table 1's
-    behaviour, the curves and the final mean@k. `figures`: {"curves" | "scores": [(file name, caption)]}."""
+             figures: Mapping[str, Sequence[tuple[str, str]]], notes: Sequence[str], everything: bool = False,
+             listed_in: str | None = None) -> list[tuple]:
+    """The report's blocks (render_markdown / render_html): what it covers, the cells it lacks (a summary above
+    SUMMARY_ABOVE cells unless `everything`; `listed_in` the file listing them all, orchestrator/report/missing.py),
+    Table 1's behaviour, the curves and the final mean@k. `figures`: {"curves" | "scores": [(file name, caption)]}."""
     done = [r for r in rows if finished(r)]
     states = ", ".join(f"{n} {s}" for s, n in outcomes.counts(rows, "state", "-").items())
     blocks: list[tuple] = [("h", 1, f"Sweep {sweep}"),
@@ -203,9 +206,7 @@ def document(sweep: str, rows: Sequence[Mapping], kls: Mapping[str, Mapping], ga
                             "each is missing are listed below; run the report again when some have finished."))
     blocks += [("p", note) for note in notes]
     blocks.append(("h", 2, "Cells missing from this report"))
-    blocks.append(("table", ("cell", "state", "missing because", "why"),
-                   [(g["cell"], g["state"], g["kind"], g["why"]) for g in gaps]) if gaps
-                  else ("p", "None: every cell trained and evaluated."))
+    blocks += missing.blocks(gaps, missing.sweep_cells(rows, gaps), everything, listed_in)
     if not rows:
         return blocks
     settings = outcomes.evaluation_settings(list(rows))
