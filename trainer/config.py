@@ -292,15 +292,27 @@ class RunConfig:
         return p
 
     @classmethod
-    def from_dict(cls, data, path: str = "") -> RunConfig:
-        """Build the whole tree from plain values; every problem of every component in one ConfigError."""
+    def from_dict(cls, data, path: str = "", built: dict | None = None) -> RunConfig:
+        """Build the whole tree from plain values; every problem of every component in one ConfigError.
+        `built`: a cache the caller keeps while it builds many configs from dicts that share their untouched
+        sections (a sweep's expansion edits copies only the dicts on an axis' path): a section dict built before
+        is its component again, without a look at its values (10,000 cells, issue 25). It holds each dict, so an
+        id is never reused while it is cached; the caller must not change a dict once built."""
         where = path or "run config"
         if not isinstance(data, Mapping):
             raise ConfigError([f"{where}: {data!r} is not a mapping of run config sections"], where)
         problems: list[str] = []
         check_unknown_keys(problems, path, data, schema_of(cls)[0])
-        parts = {name: build(comp, data.get(name), join_path(path, name), problems)
-                 for name, comp in _COMPONENTS.items()}
+        parts = {}
+        for name, comp in _COMPONENTS.items():
+            section = data.get(name)
+            held = built.get((name, id(section))) if built is not None and type(section) is dict else None
+            if held is not None and held[0] is section:
+                parts[name] = held[1]
+                continue
+            parts[name] = build(comp, section, join_path(path, name), problems)
+            if built is not None and type(section) is dict and parts[name] is not None:
+                built[(name, id(section))] = (section, parts[name])
         seed, collapse = data.get("seed", 0), data.get("collapse", {})
         if problems:
             raise ConfigError(problems + cls._scalar_problems(seed, collapse, path), where)

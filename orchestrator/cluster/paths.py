@@ -63,7 +63,10 @@ class Resolver:
                                dataclasses.replace(m, name_or_path=self._model(m.name_or_path)))
             self._eval_files(config)
         data, model = self._done[key]
-        tracking = dataclasses.replace(t, tracking_uri=self._tracking(t.tracking_uri))  # no file: not kept
+        uri = self._tracking(t.tracking_uri)  # read each time: it follows this process's MLFLOW_TRACKING_URI
+        if (t, uri) not in self._done:  # one object per URI: the cells then share their tracking section too
+            self._done[(t, uri)] = dataclasses.replace(t, tracking_uri=uri)
+        tracking = self._done[(t, uri)]
         return dataclasses.replace(config, data=data, model=model, tracking=tracking)
 
     def _note(self, problem: str) -> None:
@@ -121,8 +124,14 @@ class Resolver:
         def where(path: str | None) -> str | None:
             return moved.get(path, path) if path else path
 
-        return [dataclasses.replace(c, data=dataclasses.replace(c.data, train_path=where(c.data.train_path),
-                                                                 val_path=where(c.data.val_path))) for c in configs]
+        carried: dict = {}  # one new data section per distinct one, not per cell
+
+        def data_of(d):
+            if d not in carried:
+                carried[d] = dataclasses.replace(d, train_path=where(d.train_path), val_path=where(d.val_path))
+            return carried[d]
+
+        return [dataclasses.replace(c, data=data_of(c.data)) for c in configs]
 
     def _model(self, name: str) -> str:
         if name in NAMED_MODELS:

@@ -159,6 +159,7 @@ def _expand(spec: SweepSpec, bases: _Bases, group_keys: set[str], profile: Slurm
     """Cells = union over grid blocks of (product of the axes) x seeds, deduplicated by run_key."""
     failures: dict[str, list[tuple[int, tuple]]] = {}  # problem -> the (raw index, axes) of the cells with it
     cells: dict[str, Cell] = {}
+    built: dict = {}  # section dicts the cells share, built once (RunConfig.from_dict)
     raw_index = duplicates = 0
     for block in spec.grid:
         axes = (*spec.axes, *block)
@@ -175,7 +176,7 @@ def _expand(spec: SweepSpec, bases: _Bases, group_keys: set[str], profile: Slurm
                     failures.setdefault(base, []).append(label)
                     _edit_problems(bases, edits, label, failures)
                     continue
-                cell = _cell(base, edits, cell_axes, profile, label, failures)
+                cell = _cell(base, edits, cell_axes, profile, label, failures, built)
                 if cell is None:
                     continue
                 if cell.run_key in cells:
@@ -267,7 +268,7 @@ def _edit_problems(bases: _Bases, edits, label, failures) -> None:
             failures.setdefault(problem, []).extend(labels)
 
 
-def _cell(base: _Base, edits, cell_axes, profile, label, failures) -> Cell | None:
+def _cell(base: _Base, edits, cell_axes, profile, label, failures, built: dict | None = None) -> Cell | None:
     data = base.data
     for key, value in edits:
         data = edit(data, key, value)
@@ -278,7 +279,7 @@ def _cell(base: _Base, edits, cell_axes, profile, label, failures) -> Cell | Non
         except (OmegaConfBaseException, ValueError, TypeError) as err:
             problems.append(f"interpolation: {str(err).splitlines()[0]}")
     try:
-        config = RunConfig.from_dict(data) if not problems else None
+        config = RunConfig.from_dict(data, built=built) if not problems else None
     except ConfigError as err:
         problems, config = err.problems, None
     resources = None

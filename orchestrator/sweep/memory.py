@@ -41,12 +41,20 @@ def memory_plans(sweep) -> list[MemoryPlan]:
 
 def eval_plans(sweep) -> list[EvalPlan]:
     """One evaluation plan per distinct model and generation budget of the sweep's cells (known shapes)."""
-    plans = []
+    plans, memo = [], {}
     for cell in sweep.cells:
-        planned = eval_plan(cell.config, sweep.profile.eval.mem_gb, sweep.profile.gpu_mem_gb)
+        planned = _eval_plan(cell.config, sweep.profile, memo)
         if planned is not None and planned not in plans:
             plans.append(planned)
     return plans
+
+
+def _eval_plan(c, profile, memo: dict) -> EvalPlan | None:
+    """`eval_plan` once per distinct model and token budgets (all it reads): 10,000 cells share a few (issue 25)."""
+    key = (c.model.name_or_path, c.rollout.max_prompt_tokens, c.eval.max_tokens)
+    if key not in memo:
+        memo[key] = eval_plan(c, profile.eval.mem_gb, profile.gpu_mem_gb)
+    return memo[key]
 
 
 def plan_report(sweep) -> tuple[list[str], list[str]]:
@@ -79,13 +87,15 @@ def share_lines(sweep) -> list[str]:
 def eval_time_lines(sweep) -> list[str]:
     """Per evaluation plan, its largest task's worst-case hours against the eval job's time limit; a warning line
     (starting 'warning:') when they exceed it. Nothing where the profile states no gpu_mem_gb (no vLLM share)."""
-    lines, seen = [], set()
+    lines, seen, memo = [], set(), {}
     limit_h = sweep.profile.eval.time_min / 60
     for cell in sweep.cells:
         c = cell.config
-        planned = eval_plan(c, sweep.profile.eval.mem_gb, sweep.profile.gpu_mem_gb)
         key = (c.model.name_or_path, c.eval.tasks, c.eval.k, c.eval.max_tokens, c.eval.limit)
-        if planned is None or not sweep.profile.gpu_mem_gb or key in seen:
+        if not sweep.profile.gpu_mem_gb or key in seen:
+            continue
+        planned = _eval_plan(c, sweep.profile, memo)
+        if planned is None:
             continue
         seen.add(key)
         rows = {t: _rows(t, c.eval.limit) for t in c.eval.tasks}

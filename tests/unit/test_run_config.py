@@ -116,3 +116,15 @@ def test_an_integer_beyond_float_range_in_a_float_field_is_a_problem_not_a_trace
     with pytest.raises(ConfigError) as err:
         RunConfig.from_dict({"optim": {"lr": 10**400}})
     assert "optim.lr: an integer of about 401 digits is too large for a float" in str(err.value)
+
+
+def test_sections_shared_between_dicts_are_built_once_and_give_the_configs_built_alone():
+    # issue 25: a sweep's cells share their untouched section dicts; with `built` each is built once
+    base = RunConfig.from_dict(MINIMAL).to_dict()
+    cells = [{**base, "kl": {**base["kl"], "placement": "reward", "beta": b}, "seed": s}
+             for b in (0.05, 0.1) for s in (0, 1)]
+    built: dict = {}
+    shared = [RunConfig.from_dict(c, built=built) for c in cells]
+    assert shared == [RunConfig.from_dict(c) for c in cells]
+    assert len({id(c.eval) for c in shared}) == 1 and len({id(c.kl) for c in shared}) == 2  # equal values: one
+    assert len(built) == 9 + 4  # nine sections shared by every cell, kl one dict per cell
