@@ -143,10 +143,14 @@ def final_scores(rows: Sequence[Mapping], kls: Mapping[str, Mapping]) -> list[di
     entries = outcomes.summary(list(rows))
     first = {row["config"]: row for row in rows}
     info = {e["config"]: (context(e["axes"]), kls[first[e["config"]]["run_key"]]) for e in entries}
+    references: dict[tuple, list[dict]] = {}  # by context: a look per configuration, not a scan (10,000 of them)
+    for entry in entries:
+        if info[entry["config"]][1]["reference"]:
+            references.setdefault(info[entry["config"]][0], []).append(entry)
     out = []
     for entry in entries:
         ctx, kl = info[entry["config"]]
-        refs = [e for e in entries if info[e["config"]][0] == ctx and info[e["config"]][1]["reference"]]
+        refs = references.get(ctx, [])
         for key in outcomes.mean_at_k_keys(entry["metrics"]):
             stats = entry["metrics"][key]
             if not stats["n"]:

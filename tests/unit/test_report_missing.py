@@ -5,10 +5,11 @@ every cell; --all puts the full table in the document. The real command over a l
 from __future__ import annotations
 
 import json
+import time
 
 from orchestrator.cli import main
 from orchestrator.launch.ledger import Ledger, add_attempt, new_record
-from orchestrator.report import missing
+from orchestrator.report import missing, paper
 from record.run_names import MANIFEST
 
 
@@ -73,3 +74,19 @@ def test_at_most_200_cells_the_section_is_the_full_table_as_before():
     assert missing.blocks([], 10_000) == [("p", "None: every cell trained and evaluated.")]
     assert missing.tsv([{"cell": "a", "state": "failed", "kind": "failed", "why": "x\ty\nz"}]).splitlines()[1] == \
         "a\tfailed\tfailed\tx y z"
+
+
+def test_final_scores_find_each_reference_by_its_context_not_by_a_scan():
+    """5,000 configurations of one seed: each compared with the beta = 0 configuration of its model. A scan of
+    every configuration for each took 4.5 s here (18 s at 10,000); a look per configuration, a fraction of one."""
+    rows, kls = [], {}
+    for i in range(5000):
+        beta = 0 if i < 10 else 0.001 * i
+        rows.append({"name": f"c{i}", "run_key": f"k{i}", "config": f"c{i}", "state": "done", "metrics": {},
+                     "axes": {"model": f"m{i % 10}", "kl.beta": beta, "seed": 0},
+                     "eval": {"eval/tiny/mean_at_4": 0.5 + (i % 7) / 100}})
+        kls[f"k{i}"] = {"estimator": "k1", "placement": "reward", "beta": beta, "reference": beta == 0}
+    start = time.monotonic()
+    scores = paper.final_scores(rows, kls)
+    assert time.monotonic() - start < 2.0
+    assert scores[13]["reference"] == 0.5 + 3 / 100 and scores[13]["relative"] == (0.56 - 0.53) / 0.53
