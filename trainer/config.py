@@ -7,6 +7,7 @@ Hydra/OmegaConf stays at the entry point; below it, these plain dataclasses.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -270,6 +271,17 @@ class RunConfig:
     def __post_init__(self) -> None:
         raise_if(self.problems(), "run config")
 
+    def with_locations(self, **sections) -> RunConfig:
+        """This config with its `data`, `model` and/or `tracking` section replaced (where its files are: paths
+        resolved at submission, orchestrator/cluster/paths.py), without `problems` run again: it reads none of
+        them, and a sweep of 10,000 cells would check each cell twice more (issue 25)."""
+        if other := sorted(set(sections) - LOCATIONS):
+            raise ValueError(f"with_locations replaces {sorted(LOCATIONS)} only, not {other}")
+        new = copy.copy(self)
+        for name, section in sections.items():
+            object.__setattr__(new, name, section)  # frozen: set as __init__ does
+        return new
+
     @staticmethod
     def _scalar_problems(seed, collapse, path: str) -> list[str]:
         p: list[str] = []
@@ -340,6 +352,7 @@ class RunConfig:
         return out
 
 
+LOCATIONS = frozenset({"data", "model", "tracking"})  # the sections `RunConfig.problems` never reads
 _COMPONENTS = {"model": ModelConfig, "data": DataConfig, "rollout": RolloutConfig, "optim": OptimConfig,
                "checkpoint": CheckpointConfig, "eval": EvalConfig, "tracking": TrackingConfig,
                "kl": KLConfig, "algorithm": AlgorithmConfig, "memory": MemoryConfig}

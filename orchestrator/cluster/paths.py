@@ -27,9 +27,6 @@ import os
 import shutil
 from pathlib import Path
 
-from huggingface_hub import constants as hf_constants
-from huggingface_hub import try_to_load_from_cache
-
 from eval import taskfiles
 from trainer.config import TINY_MODEL, RunConfig
 from trainer.data import DEFAULT_FILES, GENERATED, data_dir
@@ -50,24 +47,26 @@ class Resolver:
     cwd: Path = dataclasses.field(default_factory=Path.cwd)
     problems: dict[str, None] = dataclasses.field(default_factory=dict)
     carried: dict[str, Path] = dataclasses.field(default_factory=dict)  # file name -> a file inside the checkout
-    # (data, model, eval tasks) -> the resolved data and model: the cells of a sweep share a few of these, and
-    # looking at the filesystem once per distinct one, not per cell, keeps 10,000 cells fast (issue 25)
+    # the data, model and eval sections -> those resolved: the cells of a sweep share a few of these, and looking
+    # at the filesystem once per distinct one, not per cell, keeps 10,000 cells fast (issue 25)
     _done: dict = dataclasses.field(default_factory=dict)
 
     def resolve(self, config: RunConfig) -> RunConfig:
-        d, m, t = config.data, config.model, config.tracking
-        key = (d, m, config.eval.tasks)
-        if key not in self._done:
-            self._done[key] = (dataclasses.replace(d, train_path=self._data(config, "train_path", "train"),
-                                                   val_path=self._data(config, "val_path", d.val_split)),
-                               dataclasses.replace(m, name_or_path=self._model(m.name_or_path)))
+        d, m, t, e = config.data, config.model, config.tracking, config.eval
+        # by the sections' identity (the cells share their objects; hashing a section hashes its every field), the
+        # sections held in the entry so that no id is reused while it is there
+        held = self._done.get(key := (id(d), id(m), id(e)))
+        if held is None or held[0] is not d or held[1] is not m or held[2] is not e:
+            held = self._done[key] = (d, m, e, dataclasses.replace(
+                d, train_path=self._data(config, "train_path", "train"),
+                val_path=self._data(config, "val_path", d.val_split)),
+                dataclasses.replace(m, name_or_path=self._model(m.name_or_path)))
             self._eval_files(config)
-        data, model = self._done[key]
         uri = self._tracking(t.tracking_uri)  # read each time: it follows this process's MLFLOW_TRACKING_URI
-        if (t, uri) not in self._done:  # one object per URI: the cells then share their tracking section too
-            self._done[(t, uri)] = dataclasses.replace(t, tracking_uri=uri)
-        tracking = self._done[(t, uri)]
-        return dataclasses.replace(config, data=data, model=model, tracking=tracking)
+        tracked = self._done.get(where := (id(t), uri))
+        if tracked is None or tracked[0] is not t:  # one object per URI: the cells share their tracking section too
+            tracked = self._done[where] = (t, dataclasses.replace(t, tracking_uri=uri))
+        return config.with_locations(data=held[3], model=held[4], tracking=tracked[1])
 
     def _note(self, problem: str) -> None:
         self.problems[problem] = None
@@ -131,7 +130,7 @@ class Resolver:
                 carried[d] = dataclasses.replace(d, train_path=where(d.train_path), val_path=where(d.val_path))
             return carried[d]
 
-        return [dataclasses.replace(c, data=data_of(c.data)) for c in configs]
+        return [c.with_locations(data=data_of(c.data)) for c in configs]
 
     def _model(self, name: str) -> str:
         if name in NAMED_MODELS:
@@ -149,7 +148,7 @@ class Resolver:
         snapshot = hub_snapshot(name)
         if snapshot is None or missing_parts(snapshot):
             self._note(f"model.name_or_path: {name} is not (wholly) in the Hugging Face cache "
-                       f"({hf_constants.HF_HUB_CACHE}); compute nodes run offline: run `orchestrate models fetch "
+                       f"({hub_cache()}); compute nodes run offline: run `orchestrate models fetch "
                        f"{self.sweep}` on a login node, or give a local directory")
             return name
         return str(snapshot)
@@ -198,8 +197,16 @@ def missing_parts(directory: Path) -> list[str]:
     return out
 
 
+def hub_cache() -> str:
+    from huggingface_hub import constants  # noqa: PLC0415  (imported only where a hub id is looked up)
+
+    return constants.HF_HUB_CACHE
+
+
 def hub_snapshot(repo_id: str) -> Path | None:
     """The cached snapshot directory of a hub model's default revision, or None when its config.json is not there."""
+    from huggingface_hub import try_to_load_from_cache  # noqa: PLC0415  (0.1 s at every command's start otherwise)
+
     try:
         found = try_to_load_from_cache(repo_id, "config.json")
     except ValueError:  # not a valid repo id
