@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from pathlib import Path
 
 from rich.console import Console
@@ -50,8 +51,9 @@ EXAMPLES = """examples:
   orchestrate sweep sweeps/onpolicy.yaml --no-watcher
   orchestrate sweep sweeps/smoke.yaml --executor local optim.steps=2
 
---dry-run prints the cells (axes, run_key), the job arrays by resources, the train -> eval dependency graph,
-the counts and the sbatch scripts, and touches nothing on disk. Without it: the checks, the run dirs
+--dry-run prints the cells (axes, run_key; the first 200, --rows), the job arrays by resources, the train ->
+eval dependency graph, the counts and the sbatch scripts (one for arrays alike but for their name and
+dependency: the chunks of MaxArraySize), and touches nothing on disk. Without it: the checks, the run dirs
 (<output_root>/<sweep>/<run_key>/config.yaml, the resolved config) and manifest.json, a snapshot of the code
 (<sweep dir>/code/<hash>: what every job runs), then one sbatch per training array and one per evaluation
 array chained on it, each cell recorded in <sweep dir>/ledger/. On Slurm it also starts the sweep's watcher
@@ -287,6 +289,17 @@ def print_plan(console: Console, sweep: Sweep, plan: Plan, rows: int, data_dir: 
     console.print("counts: " + ", ".join(f"{k} {v}" for k, v in plan.counts().items()))
     for line in plan_report(sweep)[0]:  # estimated memory per job (trainer/memory_plan.py)
         console.print(line, soft_wrap=True)
+    printed: dict[str, str] = {}  # a script with its name and dependency masked -> the array whose script it is
+    alike: list[str] = []  # a 10,000-cell sweep has 10 chunks of MaxArraySize: one script of each kind is enough
     for g in plan.groups:
+        script = render_sbatch(sweep, plan, g, data_dir=data_dir)
+        masked = re.sub(r"^#SBATCH --(job-name|dependency)=.*$", "", script, flags=re.M)
+        if masked in printed:
+            alike.append(f"{g.name} (as {printed[masked]})")
+            continue
+        printed[masked] = g.name
         console.print(Rule(f"sbatch script: {sweep.name}-{g.name}"))
-        console.print(render_sbatch(sweep, plan, g, data_dir=data_dir), soft_wrap=True)  # no wrapped lines in a script
+        console.print(script, soft_wrap=True)  # no wrapped lines in a script
+    if alike:
+        console.print(f"the sbatch scripts of {len(alike)} more arrays are those above but for their --job-name "
+                      f"and --dependency: {', '.join(alike)}", soft_wrap=True)
