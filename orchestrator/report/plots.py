@@ -13,6 +13,26 @@ from orchestrator.report import paper
 from orchestrator.status import outcomes
 
 REFERENCE = "beta = 0"
+# Lines named in a legend at most: the paper's panels have 4 betas; a finer grid (1,000 betas at 10,000 cells) gets
+# every k-th named (the colours run along viridis in beta's order), and its legend a fixed corner, not "best" (a
+# search over every line's points: seconds per panel).
+NAMED = 12
+
+
+def _named(labels: Sequence[str]) -> set[str]:
+    """The labels a legend names: all of them up to NAMED, else the reference and every k-th beta, the last too."""
+    betas = [label for label in labels if label != REFERENCE]
+    if len(labels) <= NAMED:
+        return set(labels)
+    step = -(-len(betas) // (NAMED - 2))
+    return {REFERENCE, *betas[::step], betas[-1]}
+
+
+def _legend(ax, labels: Sequence[str], fontsize: str) -> None:
+    many = len(labels) > NAMED
+    ax.legend(fontsize=fontsize, loc="upper left" if many else "best",
+              title=f"{len(_named(labels) & set(labels))} of {len(labels)} named" if many else None,
+              title_fontsize=fontsize)
 
 
 def _colours(labels: Sequence[str]) -> dict[str, tuple]:
@@ -30,6 +50,7 @@ def curves_figure(panel: Mapping) -> Figure:
     fig = Figure(figsize=(4.2 * len(paper.CURVES), 3.4), layout="constrained")
     axes = fig.subplots(1, len(paper.CURVES))
     colours = _colours(list(panel["lines"]))
+    named = _named(list(panel["lines"]))
     for ax, (metric, label) in zip(axes, paper.CURVES.items()):
         drawn = False
         for name, by_metric in panel["lines"].items():
@@ -39,8 +60,9 @@ def curves_figure(panel: Mapping) -> Figure:
             drawn = True
             style = {"color": colours[name], "linestyle": "--" if name == REFERENCE else "-",
                      "marker": "o" if len(line["steps"]) < 4 else None, "markersize": 4}
-            ax.plot(line["steps"], line["mean"], label=f"{name} (n={panel['seeds'][name]})", **style)
-            if panel["seeds"][name] > 1:
+            ax.plot(line["steps"], line["mean"], label=f"{name} (n={panel['seeds'][name]})" if name in named
+                    else "_", **style)  # "_": left out of the legend
+            if panel["seeds"][name] > 1 and len(panel["lines"]) <= NAMED:  # 1,000 bands: one grey smear
                 ax.fill_between(line["steps"], line["min"], line["max"], color=colours[name], alpha=0.2,
                                 linewidth=0)
         if not drawn:
@@ -48,8 +70,9 @@ def curves_figure(panel: Mapping) -> Figure:
         ax.set(title=label, xlabel="step")
         ax.grid(alpha=0.3)
         if drawn and (ax is axes[0] or metric == "val/pass_at_1"):  # the paper's figures are pass@1
-            ax.legend(fontsize="small")
-    fig.suptitle(f"{panel['title']}: {paper.BAND}", fontsize="medium")
+            _legend(ax, list(panel["lines"]), "small")
+    bands = paper.BAND if len(panel["lines"]) <= NAMED else f"line: mean over seeds; no bands above {NAMED} lines"
+    fig.suptitle(f"{panel['title']}: {bands}", fontsize="medium")
     return fig
 
 
@@ -62,21 +85,24 @@ def scores_figure(entries: Sequence[Mapping], title: str, bases: Sequence[Mappin
     fig = Figure(figsize=(1.5 + (1.5 + 1.4 * _groups(entries)) * len(keys), 3.8), layout="constrained")
     axes = fig.subplots(1, len(keys), squeeze=False)[0]
     betas = list(dict.fromkeys(e["beta"] for e in entries if e["beta"] != REFERENCE))
-    colours = _colours(betas)
+    colours, named = _colours(betas), _named(betas)
     for ax, key in zip(axes, keys):
         mine = [e for e in entries if e["key"] == key]
         groups = list(dict.fromkeys(e["family"] for e in mine if e["beta"] != REFERENCE))
         width = 0.8 / max(len(betas), 1)
+        by_beta: dict[str, dict[str, Mapping]] = {}  # one pass, not one per beta (1,000 betas)
+        for e in mine:
+            by_beta.setdefault(e["beta"], {})[e["family"]] = e
         for j, beta in enumerate(betas):
-            bars = {e["family"]: e for e in mine if e["beta"] == beta}
+            bars = by_beta.get(beta, {})
             xs = [i + (j - (len(betas) - 1) / 2) * width for i, g in enumerate(groups) if g in bars]
             got = [bars[g] for g in groups if g in bars]
             if not got:
                 continue
             means = [e["mean"] for e in got]
             err = [[m - e["min"] for m, e in zip(means, got)], [e["max"] - m for m, e in zip(means, got)]]
-            ax.bar(xs, means, width, yerr=err, capsize=3, color=colours[beta], label=beta)
-            for x, e in zip(xs, got):
+            ax.bar(xs, means, width, yerr=err, capsize=3, color=colours[beta], label=beta if beta in named else "_")
+            for x, e in zip(xs, got if len(betas) <= NAMED else ()):  # the table has every change; 1,000 overlap
                 ax.annotate(paper.percent(e["relative"]) if e["relative"] is not None else "", (x, e["max"]),
                             textcoords="offset points", xytext=(0, 3), ha="center", fontsize="x-small")
         ref = next((e for e in mine if e["beta"] == REFERENCE), None)
@@ -88,7 +114,7 @@ def scores_figure(entries: Sequence[Mapping], title: str, bases: Sequence[Mappin
         ax.set_xticks(range(len(groups)), groups)
         top = max([e["max"] for e in mine] + [b["mean"] for b in base] + [0.01])
         ax.set(title=outcomes.short(key), ylabel="mean@k", ylim=(0, top * 1.2))
-        ax.legend(fontsize="x-small")
+        _legend(ax, betas, "x-small")
     fig.suptitle(f"{title}: bars at the mean over seeds, whiskers min to max, % against beta = 0",
                  fontsize="medium")
     return fig
