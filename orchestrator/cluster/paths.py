@@ -27,6 +27,9 @@ import os
 import shutil
 from pathlib import Path
 
+from huggingface_hub import constants as hf_constants
+from huggingface_hub import try_to_load_from_cache
+
 from eval import taskfiles
 from trainer.config import TINY_MODEL, RunConfig
 from trainer.data import DEFAULT_FILES, GENERATED, data_dir
@@ -148,7 +151,7 @@ class Resolver:
         snapshot = hub_snapshot(name)
         if snapshot is None or missing_parts(snapshot):
             self._note(f"model.name_or_path: {name} is not (wholly) in the Hugging Face cache "
-                       f"({hub_cache()}); compute nodes run offline: run `orchestrate models fetch "
+                       f"({hf_constants.HF_HUB_CACHE}); compute nodes run offline: run `orchestrate models fetch "
                        f"{self.sweep}` on a login node, or give a local directory")
             return name
         return str(snapshot)
@@ -197,16 +200,8 @@ def missing_parts(directory: Path) -> list[str]:
     return out
 
 
-def hub_cache() -> str:
-    from huggingface_hub import constants  # noqa: PLC0415  (imported only where a hub id is looked up)
-
-    return constants.HF_HUB_CACHE
-
-
 def hub_snapshot(repo_id: str) -> Path | None:
     """The cached snapshot directory of a hub model's default revision, or None when its config.json is not there."""
-    from huggingface_hub import try_to_load_from_cache  # noqa: PLC0415  (0.1 s at every command's start otherwise)
-
     try:
         found = try_to_load_from_cache(repo_id, "config.json")
     except ValueError:  # not a valid repo id
