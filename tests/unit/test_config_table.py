@@ -72,6 +72,7 @@ def test_a_submission_writes_one_file_per_array_and_the_job_writes_its_config_ya
         assert run_config(run.path)["kl.estimator"] == cell.config.kl.estimator  # status and report read it
     run = RunDir(done.sweep_dir / sweep.cells[0].run_key)
     assert run.ensure_config().read_text() == config_text(sweep.cells[0].config.to_dict())  # the job's start
+    assert run.read_config() == sweep.cells[0].config.to_dict()  # read back from config.yaml (libyaml's parser)
     again = materialise(sweep, make_plan(sweep))
     assert (again.written, again.unchanged, again.updated) == (0, len(sweep.cells), 0)
     later = load_sweep(SMOKE, [f"sweep.output_root={tmp_path}", "sweep.seeds=[0,1]", "eval.k=3"])
