@@ -79,7 +79,9 @@ def _materialise(sweep: Sweep, plan: Plan, sweep_dir: Path) -> Materialised:
                 counts[_against(tables.get(where.get(key)), packed[name], key, data)] += 1
     _write_tables(sweep_dir, tables, arrays, packed)
     materialise_baselines(sweep.baselines, sweep_dir)
-    atomic_write(sweep_dir / "manifest.json", manifest_text(manifest(sweep, plan, git_state(), datas)))
+    text = manifest_text(manifest(sweep, plan, git_state(), datas))
+    if _text_of(sweep_dir / "manifest.json") != text:  # a relaunch of the same sweep writes (and fsyncs) nothing
+        atomic_write(sweep_dir / "manifest.json", text)
     return Materialised(sweep_dir, counts["written"], counts["unchanged"], counts["kept"], counts["updated"])
 
 
@@ -197,6 +199,13 @@ def manifest(sweep: Sweep, plan: Plan, git: dict, datas: list[dict] | None = Non
         "git": git,
         "orchestrator_version": orchestrator_version(),
     }
+
+
+def _text_of(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
 
 
 def manifest_text(data: dict) -> str:

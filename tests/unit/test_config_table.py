@@ -175,3 +175,7 @@ def test_submission_files_and_fsyncs_grow_with_arrays_not_cells(tmp_path, monkey
     assert seen[200]["slurm"] == seen[20]["slurm"], seen  # per array: its pickle and its sbatch script
     assert seen[20]["sbatch"] == seen[200]["sbatch"] == 2, seen
     assert seen[30]["sbatch"] <= 2 * 3, seen  # 3 chunks of MaxArraySize 11
+    fsyncs[0], calls = 0, len(log.read_text().splitlines())  # a relaunch of the 30: nothing to write, nothing sent
+    assert main(["sweep", str(path), "--executor", "slurm", "--no-watcher", "--train-entry",
+                 "orchestrator.jobs:probe_train", "--eval-entry", "orchestrator.jobs:probe_eval"]) == 0
+    assert fsyncs[0] == 0 and not any(line.startswith("sbatch") for line in log.read_text().splitlines()[calls:])
