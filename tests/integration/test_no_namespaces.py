@@ -21,7 +21,14 @@ WITHOUT_THE_RIGHT = ["setpriv", "--inh-caps=-net_admin,-sys_admin", "--bounding-
 
 
 def partitions() -> str:
-    return subprocess.run(["sinfo", "-h", "-o", "%P %D %t"], capture_output=True, text=True, check=True).stdout
+    """Each partition with its node count and nodes, and whether its nodes can run jobs: not their exact state,
+    which follows whatever jobs run beside the test (idle, mix, alloc, comp)."""
+    out = subprocess.run(["sinfo", "-h", "-o", "%P %D %N %t"], capture_output=True, text=True, check=True).stdout
+    return "".join(f"{' '.join(line.split()[:3])} {'usable' if line.split()[3] in USABLE else line}\n"
+                   for line in out.splitlines())
+
+
+USABLE = {"idle", "mix", "alloc", "comp"}
 
 
 @pytest.fixture
