@@ -5,7 +5,6 @@ every cell; --all puts the full table in the document. The real command over a l
 from __future__ import annotations
 
 import json
-import time
 
 from orchestrator.cli import main
 from orchestrator.launch.ledger import Ledger, add_attempt, new_record
@@ -76,17 +75,25 @@ def test_at_most_200_cells_the_section_is_the_full_table_as_before():
         "a\tfailed\tfailed\tx y z"
 
 
-def test_final_scores_find_each_reference_by_its_context_not_by_a_scan():
-    """5,000 configurations of one seed: each compared with the beta = 0 configuration of its model. A scan of
-    every configuration for each took 4.5 s here (18 s at 10,000); a look per configuration, a fraction of one."""
+def test_final_scores_find_each_reference_by_its_context_not_by_a_scan(monkeypatch):
+    """Each configuration compared with the beta = 0 configuration of its model, found by its context: a scan of
+    every configuration for each was quadratic (18 s at 10,000 configurations). Counted, not timed (the time is in
+    docs/orchestration.md "Report and dry run at scale")."""
     rows, kls = [], {}
-    for i in range(5000):
+    for i in range(500):
         beta = 0 if i < 10 else 0.001 * i
         rows.append({"name": f"c{i}", "run_key": f"k{i}", "config": f"c{i}", "state": "done", "metrics": {},
                      "axes": {"model": f"m{i % 10}", "kl.beta": beta, "seed": 0},
                      "eval": {"eval/tiny/mean_at_4": 0.5 + (i % 7) / 100}})
         kls[f"k{i}"] = {"estimator": "k1", "placement": "reward", "beta": beta, "reference": beta == 0}
-    start = time.monotonic()
+    walks, real = [0], paper.outcomes.summary
+
+    class Walked(list):  # the configurations' entries, counting each walk over them
+        def __iter__(self):
+            walks[0] += 1
+            return super().__iter__()
+
+    monkeypatch.setattr(paper.outcomes, "summary", lambda rows: Walked(real(rows)))
     scores = paper.final_scores(rows, kls)
-    assert time.monotonic() - start < 2.0
+    assert walks[0] <= 4, walks  # a few walks over the entries, not one per configuration (the scan: 502)
     assert scores[13]["reference"] == 0.5 + 3 / 100 and scores[13]["relative"] == (0.56 - 0.53) / 0.53
