@@ -41,13 +41,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
-import time
 from collections.abc import Iterable
-from contextlib import contextmanager
 from pathlib import Path
 
 from orchestrator.cluster.query import JobRow
+from orchestrator.launch.writer_lock import SweepBusy as SweepBusy  # re-exported: the watcher catches it
+from orchestrator.launch.writer_lock import writer_lock
 from record.errors import UserError
 from record.rundir import atomic_write
 
@@ -261,10 +260,6 @@ class Records(dict):
         self.signature = signature
 
 
-class SweepBusy(UserError):
-    """Another orchestrator holds the sweep's writer lock."""
-
-
 class Ledger:
     """The records of one sweep directory."""
 
@@ -378,58 +373,6 @@ class Ledger:
     def clear_cancelled(self, run_key: str) -> None:
         (self.dir / "cancelled" / f"{run_key}.json").unlink(missing_ok=True)
 
-    @contextmanager
     def lock(self, what: str, stale_s: float = 600.0, wait_s: float = 0.0):
-        """Hold the sweep's writer lock (O_EXCL create: atomic on NFSv3+). A lock whose process is gone (same
-        host) or that was not refreshed for `stale_s` seconds (another host) is taken over. A live holder is
-        waited for up to `wait_s` seconds (the watcher job holds it only for one poll), then `SweepBusy`."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path, me = self.dir / ".lock", {"host": socket.gethostname(), "pid": os.getpid(), "what": what}
-        deadline, takeovers = time.monotonic() + wait_s, 0
-        while takeovers < 3:
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                if not _stale(path, stale_s):
-                    if time.monotonic() < deadline:
-                        time.sleep(0.5)
-                        continue
-                    holder = _read_json(path) or {}
-                    raise SweepBusy(f"sweep {self.sweep_dir} is being handled by {holder.get('what', '?')} "
-                                    f"(pid {holder.get('pid')} on {holder.get('host')}); stop it, or wait for it "
-                                    f"(remove {path} only if that process is gone)") from None
-                path.unlink(missing_ok=True)
-                takeovers += 1
-                continue
-            with os.fdopen(fd, "w") as f:
-                json.dump({**me, "at": time.time()}, f)
-            break
-        else:
-            raise UserError(f"could not take {path}; another orchestrator keeps taking it")
-        try:
-            yield lambda: atomic_write(path, json.dumps({**me, "at": time.time()}))  # refresh: still alive
-        finally:
-            if (_read_json(path) or {}).get("pid") == me["pid"]:
-                path.unlink(missing_ok=True)
-
-
-def _read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def _stale(path: Path, stale_s: float) -> bool:
-    holder = _read_json(path)
-    if holder is None:
-        return True
-    if holder.get("host") == socket.gethostname():
-        try:
-            os.kill(int(holder.get("pid", -1)), 0)
-        except ProcessLookupError:
-            return True
-        except (PermissionError, ValueError, TypeError):
-            pass
-    return time.time() - float(holder.get("at", 0)) > stale_s
-
+        """The sweep's writer lock (orchestrator/launch/writer_lock.py), as a context manager."""
+        return writer_lock(self.dir, self.sweep_dir, what, stale_s, wait_s)
