@@ -304,9 +304,9 @@ class Ledger:
         file, not a parse: at 10,000 cells the ledger is 20 MB, issue 25)."""
         if not self.dir.is_dir():
             return {}
-        if isinstance(unless_changed, Records) and unless_changed.signature == self._signature():
-            return unless_changed
         signature = self._signature()
+        if isinstance(unless_changed, Records) and unless_changed.signature == signature:
+            return unless_changed
         found = {p.stem: r for p in self.dir.glob("*.json") if not p.name.startswith(".")
                  and (r := self._read(p)) is not None}  # legacy: one file per cell
         for shard in sorted((self.dir / "shards").glob("*.json")):
