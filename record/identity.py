@@ -86,15 +86,35 @@ def _canonical_run_config(config) -> str:
     """canonical_json(identity_dict(config)), assembled from each section's cached JSON: the cells of a sweep
     share most sections, and 10k cells must expand in under 2 s (tests check the two agree)."""
     parts = []
-    for f in fields(config):
-        value = getattr(config, f.name)
-        if is_dataclass(value):
-            text = _section_json(f.name, value)
-            if text != "{}":
-                parts.append((f.name, text))
-        elif fields_table.FIELDS.get(f.name) == fields_table.COMPUTES:
-            parts.append((f.name, canonical_json(value)))
-    return "{" + ",".join(f"{json.dumps(name)}:{text}" for name, text in sorted(parts)) + "}"
+    for name, key, computes in _sorted_fields(type(config)):  # sort_keys' order, fixed per class
+        value = getattr(config, name)
+        if type(value) not in _SECTION_TYPES and is_dataclass(value):
+            _SECTION_TYPES.add(type(value))
+        if type(value) in _SECTION_TYPES:
+            held = _SECTION_JSON.get(id(value))
+            if held is None or held[0] is not value:
+                if len(_SECTION_JSON) > _HELD_SECTIONS:
+                    _SECTION_JSON.clear()
+                held = _SECTION_JSON[id(value)] = (value, _section_json(name, value))
+            if held[1] != "{}":
+                parts.append(key + held[1])
+        elif computes:  # the seed: json.dumps of an int is its str
+            parts.append(key + (str(value) if type(value) is int else canonical_json(value)))
+    return "{" + ",".join(parts) + "}"
+
+
+# Each section object's JSON by its id, the object held beside it so that its id is not reused while there: a
+# sweep's cells share their section objects, and a lookup by id skips hashing every field of a frozen dataclass.
+_SECTION_JSON: dict[int, tuple[object, str]] = {}
+_HELD_SECTIONS = 65536
+_SECTION_TYPES: set[type] = set()
+
+
+@functools.cache
+def _sorted_fields(cls: type) -> tuple[tuple[str, str, bool], ...]:
+    """(name, its JSON key, whether it computes) of each field, sorted by name."""
+    return tuple((f.name, json.dumps(f.name) + ":", fields_table.FIELDS.get(f.name) == fields_table.COMPUTES)
+                 for f in sorted(fields(cls), key=lambda f: f.name))
 
 
 @functools.lru_cache(maxsize=4096)

@@ -27,9 +27,6 @@ import os
 import shutil
 from pathlib import Path
 
-from huggingface_hub import constants as hf_constants
-from huggingface_hub import try_to_load_from_cache
-
 from eval import taskfiles
 from trainer.config import TINY_MODEL, RunConfig
 from trainer.data import DEFAULT_FILES, GENERATED, data_dir
@@ -150,6 +147,7 @@ class Resolver:
             return str(local)
         snapshot = hub_snapshot(name)
         if snapshot is None or missing_parts(snapshot):
+            from huggingface_hub import constants as hf_constants  # noqa: PLC0415 - 0.1 s of imports: hub ids only
             self._note(f"model.name_or_path: {name} is not (wholly) in the Hugging Face cache "
                        f"({hf_constants.HF_HUB_CACHE}); compute nodes run offline: run `orchestrate models fetch "
                        f"{self.sweep}` on a login node, or give a local directory")
@@ -202,6 +200,8 @@ def missing_parts(directory: Path) -> list[str]:
 
 def hub_snapshot(repo_id: str) -> Path | None:
     """The cached snapshot directory of a hub model's default revision, or None when its config.json is not there."""
+    from huggingface_hub import try_to_load_from_cache  # noqa: PLC0415 - 0.1 s of imports, for hub ids only
+
     try:
         found = try_to_load_from_cache(repo_id, "config.json")
     except ValueError:  # not a valid repo id

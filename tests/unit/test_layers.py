@@ -30,7 +30,7 @@ ALLOWED = {"record": set(), "trainer": {"record"}, "eval": {"record", "trainer"}
 ORDER = ("cluster", "sweep", "launch", "preflight", "status", "tracking", "watch", "report")
 HELPERS = ("console", "arguments")
 HEAVY = ("hydra", "omegaconf", "torch", "mlflow", "deepspeed", "transformers", "vllm", "lm_eval", "matplotlib",
-         "reasoning_gym", "math_verify", "datasets")
+         "reasoning_gym", "math_verify", "datasets", "huggingface_hub")
 
 
 @dataclass(frozen=True)
