@@ -215,7 +215,10 @@ def resolve_paths(sweep: Sweep) -> tuple[Sweep, Resolver]:
 
 def carry_data(sweep: Sweep, resolver: Resolver) -> Sweep:
     """The data files inside the checkout copied into the sweep's directory, and the cells pointed at them."""
-    configs = resolver.carry(Path(sweep.spec.output_root) / sweep.name, [c.config for c in sweep.cells])
+    given = [c.config for c in sweep.cells]
+    configs = resolver.carry(Path(sweep.spec.output_root) / sweep.name, given)
+    if configs is given:  # nothing inside the checkout to carry
+        return sweep
     return dataclasses.replace(sweep, cells=tuple(dataclasses.replace(c, config=cfg)
                                                   for c, cfg in zip(sweep.cells, configs)))
 

@@ -50,8 +50,10 @@ def checkpoints_at_peak(keep_last: int) -> int:
 
 def costs(sweep: Sweep, plan: Plan, max_retries: int, free_bytes: int | None) -> Costs:
     total, unknown = 0, 0
+    known: dict = {}  # by model section: a local model's config.json read once, not once per cell
     for cell in sweep.cells:
-        params = params_of(cell.config)
+        model = cell.config.model
+        params = known[model] if model in known else known.setdefault(model, params_of(cell.config))
         if params is None:
             unknown += 1
             continue
