@@ -53,11 +53,9 @@ class Batch:
         return [Minibatch(self, slice(m * per_mini * G, (m + 1) * per_mini * G), per_mini) for m in range(count)]
 
     def micro_batch(self, rows: slice, device: torch.device) -> MicroBatch:
-        tb = collate(self.prompt_ids[rows], self.response_ids[rows], self.pad_id)
-        R = tb.response_mask.shape[1]
+        tokens = collate(self.prompt_ids[rows], self.response_ids[rows], self.pad_id).to(device)
+        R = tokens.response_mask.shape[1]
         old = None if self.behavior_logp is None else self.behavior_logp[rows, :R].to(device)
-        tokens = TokenBatch(tb.input_ids.to(device), tb.attention_mask.to(device), tb.prompt_len,
-                            tb.response_mask.to(device), tb.response_ids.to(device))
         ref = None if self.ref_logp is None else self.ref_logp[rows, :R].to(device)
         return MicroBatch(tokens, ref, old, self.rewards[rows].to(device),
                           rows.stop - rows.start)

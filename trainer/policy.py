@@ -27,6 +27,19 @@ class TokenBatch:
     def position_ids(self) -> torch.Tensor:
         return (self.attention_mask.cumsum(-1) - 1).clamp(min=0)
 
+    def to(self, device: torch.device) -> TokenBatch:
+        return TokenBatch(self.input_ids.to(device), self.attention_mask.to(device), self.prompt_len,
+                          self.response_mask.to(device), self.response_ids.to(device))
+
+
+def model_device(model) -> torch.device:
+    """Where a model's inputs must go: its own `device` (an HF model's, a DeepSpeed engine's), else its first
+    parameter's. On CPU an input left where it was built is already there; on a GPU it fails at the embedding."""
+    device = getattr(model, "device", None)
+    if isinstance(device, (torch.device, str)):
+        return torch.device(device)
+    return next(model.parameters()).device
+
 
 def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int) -> TokenBatch:
     """Left-pad prompts, right-pad responses. Empty responses are allowed (their mask row is all False)."""
@@ -111,10 +124,10 @@ def score_logprobs(model, prompt_ids: list[list[int]], response_ids: list[list[i
     """log-probs of every response token under `model`, [B, R_max] on the CPU, `micro` rows at a time, without grad:
     the reference's for the KL, and the sampling policy's (mu) for a batch that will be trained off-policy."""
     R = max(1, max(len(r) for r in response_ids))
-    out = torch.zeros(len(response_ids), R)
+    out, device = torch.zeros(len(response_ids), R), model_device(model)
     for start in range(0, len(response_ids), micro):
         rows = slice(start, start + micro)
-        tb = collate(prompt_ids[rows], response_ids[rows], pad_id)
+        tb = collate(prompt_ids[rows], response_ids[rows], pad_id).to(device)
         logp, _ = response_logprobs(model, tb, temperature, chunk_tokens=chunk_tokens)
         out[rows, : logp.shape[1]] = logp.float().cpu()
     return out

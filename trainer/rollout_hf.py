@@ -7,6 +7,7 @@ import contextlib
 
 import torch
 
+from trainer.policy import model_device
 from trainer.rollout import Rollouts, Sampling
 
 
@@ -44,7 +45,7 @@ class HFEngine:
         return Rollouts(expanded, responses, truncated, texts)
 
     def _generate(self, expanded, sampling: Sampling, pad: int, stops: set[int]):
-        responses, truncated = [], []
+        responses, truncated, device = [], [], model_device(self.model)
         for start in range(0, len(expanded), self.micro_batch):
             chunk = expanded[start : start + self.micro_batch]
             width = max(len(p) for p in chunk)
@@ -54,8 +55,9 @@ class HFEngine:
                 ids[i, width - len(p):] = torch.tensor(p)
                 attn[i, width - len(p):] = 1
             out = self.model.generate(
-                input_ids=ids, attention_mask=attn, do_sample=True, temperature=sampling.temperature,
-                top_p=sampling.top_p, top_k=sampling.top_k, max_new_tokens=sampling.max_new_tokens,
+                input_ids=ids.to(device), attention_mask=attn.to(device), do_sample=True,
+                temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+                max_new_tokens=sampling.max_new_tokens,
                 eos_token_id=sorted(stops), pad_token_id=pad, synced_gpus=_synced(),
             )
             for row in out[:, width:].tolist():
