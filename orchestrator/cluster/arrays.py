@@ -8,14 +8,22 @@ folder (`<job>_<task>_0_log.out`, ...): submitit's own layout, a folder per task
 submission, without which Slurm cannot open a task's log. At its start the task writes submitit's own per-task pickle
 (`<job>_<task>_submitted.pkl`) from its entry of the array's file (SLURM_ARRAY_TASK_ID), unless it is there (a
 requeue: submitit's checkpoint rewrote it), then hands over to submitit's `process_job`: its warning-signal
-handler, requeue, result pickle and logs are submitit's as for any job. A single job, and every job an older
-orchestrator submitted (per-task pickles written at submission), run `submitit.core._submit` as before.
+handler, requeue, result pickle and logs are submitit's as for any job. A single job runs
+`python -m orchestrator.cluster.arrays --single FOLDER`, submitit's `_submit` but for its end (`finish`); every job
+an older orchestrator submitted (per-task pickles written at submission) runs `submitit.core._submit` as before.
+
+`finish`: a job whose submitit process returned (its result pickle written) ends without the interpreter's C-level
+finalisation. There, a rank that trained and tore its process group down could still abort with "terminate called
+without an active exception" (SIGABRT, exit 6): a C++ thread of torch's or DeepSpeed's destroyed at exit, seen on
+rank 1 of two-rank jobs on the local cluster, under load, after "Exiting after successful completion". Slurm then
+marked a finished job FAILED and the watcher resubmitted it. Python's own exit handlers still run.
 
 With executor.py, the only modules that import submitit (STYLE.md rule 6).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import shlex
@@ -40,8 +48,17 @@ def command(python: str, folder: str | Path, array_pickle: str | Path) -> str:
     return " ".join([python, "-u -m", MODULE, shlex.quote(str(folder)), shlex.quote(str(array_pickle))])
 
 
+def single_command(python: str, folder: str | Path) -> str:
+    """What a single job runs: submitit's `_submit` on its folder, ended by `finish`."""
+    return " ".join([python, "-u -m", MODULE, "--single", shlex.quote(str(folder))])
+
+
 class ArrayExecutor(submitit.SlurmExecutor):
     """submitit's SlurmExecutor with one pickle per array (above); `with executor.batch()` submits an array."""
+
+    @property
+    def _submitit_command_str(self) -> str:  # a single job's command (submitit's hook for it)
+        return single_command(self.python, self.folder)
 
     def _internal_process_submissions(self, delayed_submissions):
         if len(delayed_submissions) == 1:
@@ -79,5 +96,18 @@ def run_task(folder: str, array_pickle: str) -> None:
     submission.process_job(folder)
 
 
+def finish() -> None:
+    """End a job whose submitit process returned: Python's exit handlers, the streams flushed, then the process
+    gone without the C-level finalisation that can abort a finished rank (the module's docstring)."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
-    run_task(*sys.argv[1:3])
+    if sys.argv[1] == "--single":
+        submission.process_job(sys.argv[2])
+    else:
+        run_task(*sys.argv[1:3])
+    finish()  # only after a return: a failure raised, a requeue exited, with their own status

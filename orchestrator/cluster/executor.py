@@ -11,7 +11,6 @@ intent protocol around each sbatch is orchestrator/launch/intents.py.
 from __future__ import annotations
 
 import os
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ from submitit.helpers import Checkpointable, DelayedSubmission
 from submitit.slurm.slurm import _make_sbatch_string
 
 from orchestrator.cluster import query
-from orchestrator.cluster.arrays import ArrayExecutor, array_folder
+from orchestrator.cluster.arrays import ArrayExecutor, array_folder, single_command
 from orchestrator.cluster.arrays import command as array_command
 from orchestrator.cluster.entry import EVAL_ENTRY, TRAIN_ENTRY, run_eval, run_train
 from orchestrator.cluster.environment import submitting_with
@@ -96,14 +95,14 @@ def sbatch_parameters(sweep: Sweep, plan: Plan, group: JobGroup, data_dir: str |
 def render_sbatch(sweep: Sweep, plan: Plan, group: JobGroup, python: str | None = None,
                   data_dir: str | None = None) -> str:
     """The sbatch script submitit would write for this array: its tasks run `python -m orchestrator.cluster.arrays`
-    on the array's one pickle (named at submission), a single job `python -m submitit.core._submit`."""
+    on the array's one pickle (named at submission), a single job `python -m orchestrator.cluster.arrays --single`."""
     folder = log_folder(sweep).absolute()
     interpreter = Options(python=python, site=sweep.profile.site.to_dict()).interpreter()
     if group.size > 1:
         folder = array_folder(folder)
         command = array_command(interpreter, folder, folder / "array-<uuid>.pkl")
     else:
-        command = " ".join([interpreter, "-u -m submitit.core._submit", shlex.quote(str(folder))])
+        command = single_command(interpreter, folder)
     return _make_sbatch_string(command=command, folder=folder, signal_delay_s=sweep.profile.signal_delay_s,
                                **sbatch_parameters(sweep, plan, group, data_dir))
 
