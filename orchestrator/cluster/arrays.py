@@ -28,6 +28,7 @@ import os
 import pickle
 import shlex
 import sys
+import threading
 import uuid
 from pathlib import Path
 
@@ -97,8 +98,12 @@ def run_task(folder: str, array_pickle: str) -> None:
 
 
 def finish() -> None:
-    """End a job whose submitit process returned: Python's exit handlers, the streams flushed, then the process
-    gone without the C-level finalisation that can abort a finished rank (the module's docstring)."""
+    """End a job whose submitit process returned as Python would, in its order (non-daemon threads joined, then
+    the exit handlers, the streams flushed), then gone without the C-level finalisation that can abort a finished
+    rank (the module's docstring)."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()

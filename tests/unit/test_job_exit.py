@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 # An object whose destruction aborts the process, as a C++ thread destroyed at exit does: a module global, so it is
 # destroyed during the interpreter's finalisation, after the exit handlers.
 SCRIPT = """
-import atexit, os, sys
+import atexit, os, sys, threading, time
 from orchestrator.cluster.arrays import finish
 
 class AbortsWhenDestroyed:
@@ -24,7 +24,9 @@ class AbortsWhenDestroyed:
         os.abort()
 
 held = AbortsWhenDestroyed()
-atexit.register(lambda: open(sys.argv[1], "w").write("exit handler ran"))
+atexit.register(lambda: open(sys.argv[1], "a").write("exit handler ran"))
+# a thread still working when the job returns: Python waits for it before the exit handlers, and so must finish
+threading.Thread(target=lambda: (time.sleep(0.5), open(sys.argv[1], "a").write("thread done; "))).start()
 print("the job's last line", end="")
 if sys.argv[2] == "finish":
     finish()
@@ -42,13 +44,13 @@ def test_finish_runs_the_exit_handlers_flushes_and_skips_the_finalisation_that_a
     done, marker = _run(tmp_path, "finish")
     assert done.returncode == 0, done.stderr
     assert done.stdout == "the job's last line"  # flushed though it ended without a newline
-    assert marker.read_text() == "exit handler ran"
+    assert marker.read_text() == "thread done; exit handler ran"
 
 
 def test_without_it_the_same_process_aborts_at_exit(tmp_path):
     done, marker = _run(tmp_path, "plain")
     assert done.returncode == -signal.SIGABRT  # what the planted destructor does to a plain exit
-    assert marker.read_text() == "exit handler ran"
+    assert marker.read_text() == "thread done; exit handler ran"
 
 
 def test_single_jobs_run_through_finish(tmp_path):
