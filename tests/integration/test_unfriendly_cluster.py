@@ -88,10 +88,18 @@ def site_python() -> Path:
     """`<SITE_PYTHON>/bin/python`: a wrapper (the copied binary's library path is absolute under /root) starting
     a copy of this interpreter and its standard library, with this virtual environment's packages on its path."""
     wrapper = SITE_PYTHON / "bin" / "python"
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    venv = Path(sys.prefix) / "lib" / version / "site-packages"
     if wrapper.is_file():
+        # made by an earlier run (it outlives the checkout): its packages are this run's venv's, whatever venv it
+        # named then (a deleted clone's left it without rich, and `orchestrate` failed to start)
+        pth = SITE_PYTHON / "lib" / version / "site-packages" / "comedy-venv.pth"
+        if not pth.is_file() or pth.read_text().strip() != str(venv):
+            tmp = pth.with_name(f".{pth.name}.{os.getpid()}.tmp")
+            tmp.write_text(f"{venv}\n")
+            os.replace(tmp, pth)
         return wrapper
     base = Path(sys.base_prefix)
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     tmp = SITE_PYTHON.with_name(SITE_PYTHON.name + f".{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     (tmp / "bin").mkdir(parents=True)
@@ -100,7 +108,6 @@ def site_python() -> Path:
                     ignore=shutil.ignore_patterns("site-packages", "test", "pkgconfig"))
     shutil.copytree(base / "include", tmp / "include", symlinks=True)  # Python.h: DeepSpeed builds its CPU op
     (tmp / "lib" / version / "site-packages").mkdir()
-    venv = Path(sys.prefix) / "lib" / version / "site-packages"
     (tmp / "lib" / version / "site-packages" / "comedy-venv.pth").write_text(f"{venv}\n")
     library = f"LD_LIBRARY_PATH={SITE_PYTHON}/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"
     (tmp / "bin" / "python").write_text(f'#!/bin/sh\n{library} exec {SITE_PYTHON}/bin/{version} "$@"\n')
