@@ -52,8 +52,9 @@ def costs(sweep: Sweep, plan: Plan, max_retries: int, free_bytes: int | None) ->
     total, unknown = 0, 0
     known: dict = {}  # by model section: a local model's config.json read once, not once per cell
     for cell in sweep.cells:
-        model = cell.config.model
-        params = known[model] if model in known else known.setdefault(model, params_of(cell.config))
+        if cell.config.model not in known:
+            known[cell.config.model] = params_of(cell.config)
+        params = known[cell.config.model]
         if params is None:
             unknown += 1
             continue
