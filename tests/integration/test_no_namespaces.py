@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.inner_pytest import clean_env
+
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,7 +60,7 @@ def test_the_two_node_tests_skip_with_the_reason(one_node):
     """The two-node module run in a process without the capabilities: every test skipped, naming what it needs."""
     done = subprocess.run([*WITHOUT_THE_RIGHT, sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
                            "tests/integration/test_two_nodes.py"], cwd=REPO, capture_output=True, text=True,
-                          timeout=900)
+                          timeout=900, env=clean_env())
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert "no second node" in out and "needs root with CAP_NET_ADMIN and CAP_SYS_ADMIN" in out, out

@@ -86,34 +86,65 @@ def user(slurm_cluster) -> pwd.struct_passwd:
 @pytest.fixture(scope="module")
 def site_python() -> Path:
     """`<SITE_PYTHON>/bin/python`: a wrapper (the copied binary's library path is absolute under /root) starting
-    a copy of this interpreter and its standard library, with this virtual environment's packages on its path."""
+    a copy of this interpreter and its standard library, with a readable copy of this virtual environment's packages
+    on its path: the checkout, and so its venv, may sit in a directory the user cannot enter (mode 700, as /root or
+    most home directories are)."""
     wrapper = SITE_PYTHON / "bin" / "python"
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    venv = Path(sys.prefix) / "lib" / version / "site-packages"
-    if wrapper.is_file():
-        # made by an earlier run (it outlives the checkout): its packages are this run's venv's, whatever venv it
-        # named then (a deleted clone's left it without rich, and `orchestrate` failed to start)
-        pth = SITE_PYTHON / "lib" / version / "site-packages" / "comedy-venv.pth"
-        if not pth.is_file() or pth.read_text().strip() != str(venv):
-            tmp = pth.with_name(f".{pth.name}.{os.getpid()}.tmp")
-            tmp.write_text(f"{venv}\n")
-            os.replace(tmp, pth)
-        return wrapper
-    base = Path(sys.base_prefix)
-    tmp = SITE_PYTHON.with_name(SITE_PYTHON.name + f".{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    (tmp / "bin").mkdir(parents=True)
-    shutil.copy2(Path(sys.base_exec_prefix) / "bin" / version, tmp / "bin" / version)
-    shutil.copytree(base / "lib", tmp / "lib", symlinks=True,
-                    ignore=shutil.ignore_patterns("site-packages", "test", "pkgconfig"))
-    shutil.copytree(base / "include", tmp / "include", symlinks=True)  # Python.h: DeepSpeed builds its CPU op
-    (tmp / "lib" / version / "site-packages").mkdir()
-    (tmp / "lib" / version / "site-packages" / "comedy-venv.pth").write_text(f"{venv}\n")
-    library = f"LD_LIBRARY_PATH={SITE_PYTHON}/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"
-    (tmp / "bin" / "python").write_text(f'#!/bin/sh\n{library} exec {SITE_PYTHON}/bin/{version} "$@"\n')
-    (tmp / "bin" / "python").chmod(0o755)
-    os.rename(tmp, SITE_PYTHON)
+    if not wrapper.is_file():
+        base = Path(sys.base_prefix)
+        tmp = SITE_PYTHON.with_name(SITE_PYTHON.name + f".{os.getpid()}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "bin").mkdir(parents=True)
+        shutil.copy2(Path(sys.base_exec_prefix) / "bin" / version, tmp / "bin" / version)
+        shutil.copytree(base / "lib", tmp / "lib", symlinks=True,
+                        ignore=shutil.ignore_patterns("site-packages", "test", "pkgconfig"))
+        shutil.copytree(base / "include", tmp / "include", symlinks=True)  # Python.h: DeepSpeed builds its CPU op
+        (tmp / "lib" / version / "site-packages").mkdir()
+        library = f"LD_LIBRARY_PATH={SITE_PYTHON}/lib${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"
+        (tmp / "bin" / "python").write_text(f'#!/bin/sh\n{library} exec {SITE_PYTHON}/bin/{version} "$@"\n')
+        (tmp / "bin" / "python").chmod(0o755)
+        os.rename(tmp, SITE_PYTHON)
+    # It outlives the checkout: its packages are made this run's venv's each time (a deleted clone's venv left it
+    # without rich, and `orchestrate` failed to start).
+    packages = readable_packages(Path(sys.prefix) / "lib" / version / "site-packages")
+    pth = SITE_PYTHON / "lib" / version / "site-packages" / "comedy-venv.pth"
+    if not pth.is_file() or pth.read_text().strip() != str(packages):
+        tmp = pth.with_name(f".{pth.name}.{os.getpid()}.tmp")
+        tmp.write_text(f"{packages}\n")
+        os.replace(tmp, pth)
     return wrapper
+
+
+def readable_packages(venv_packages: Path) -> Path:
+    """A copy of the venv's site-packages under SITE_PYTHON that any user can read, made again when the venv is
+    another or has changed. Hard links where the filesystem allows (seconds, no space: the files are 0644; only the
+    directories on the way were unreadable), a plain copy where it does not."""
+    stamp = f"{venv_packages} {venv_packages.stat().st_mtime_ns}"
+    copy = SITE_PYTHON / "venv-packages"
+    key = SITE_PYTHON / "venv-packages.key"
+    if copy.is_dir() and key.is_file() and key.read_text() == stamp:
+        return copy
+    tmp = copy.with_name(f"{copy.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if subprocess.run(["cp", "-al", str(venv_packages), str(tmp)], capture_output=True).returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(venv_packages, tmp, symlinks=True)
+    old = copy.with_name(f"{copy.name}.{os.getpid()}.old")
+    if copy.exists():
+        copy.rename(old)
+    tmp.rename(copy)
+    shutil.rmtree(old, ignore_errors=True)
+    key.write_text(stamp)
+    return copy
+
+
+def readable_code(root: Path) -> Path:
+    """The project's packages copied where the user can read them (the checkout itself may be private)."""
+    code = root / "code"
+    for name in CARRIED:
+        shutil.copytree(REPO / name, code / name, ignore=shutil.ignore_patterns("__pycache__", ".*"))
+    return code
 
 
 @pytest.fixture
@@ -164,9 +195,7 @@ def unfriendly_site(root: Path, python: Path) -> dict:
 
 def make_checkout(root: Path, user, python: Path) -> Path:
     """A checkout of the project owned by the user, with the unfriendly profile and a prepared math data dir."""
-    checkout = root / "checkout"
-    for name in CARRIED:
-        shutil.copytree(REPO / name, checkout / name, ignore=shutil.ignore_patterns("__pycache__", ".*"))
+    checkout = readable_code(root).rename(root / "checkout")
     profile = yaml.safe_load((REPO / "slurm" / "profiles" / "local.yaml").read_text())
     profile.update(cpus_per_task=1, array_parallelism=2, site=unfriendly_site(root, python))  # both cells at once
     profile["eval"]["cpus_per_task"] = 1
@@ -301,8 +330,9 @@ def test_tracking_up_without_root_serves_from_the_postgresql_it_is_given(user, w
     # Root (the fixture `user` needs it) installs Debian's PostgreSQL on a fresh machine, as `tracking up` would;
     # the unprivileged user is then handed its binaries, as a conda-forge install would give them.
     pg_bin = ensure_installed(True, workspace / "pg-install.log", lambda line: None)
+    code = readable_code(workspace)  # not the checkout's: it may sit in a directory the user cannot enter
     chown(workspace, user)
-    env = {"HOME": user.pw_dir, "PYTHONPATH": str(REPO)}
+    env = {"HOME": user.pw_dir, "PYTHONPATH": str(code)}
     tracking = workspace / "tracking"
     command = [str(site_python), "-m", "orchestrator.cli", "tracking"]
     try:

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.inner_pytest import clean_env
+
 REPO = Path(__file__).resolve().parents[2]
 
 CONFTEST = f"""
@@ -75,8 +77,8 @@ def test_the_cluster_is_up_before_any_fixture_of_a_slurm_test(tmp_path):
     (tmp_path / "test_rows.py").write_text(TESTS)
     # the real conftest imports tests.support: the inner session, rooted in tmp_path, finds it through PYTHONPATH
     python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "ORDER_LOG": str(log), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "PYTHONPATH": python_path}
+    # the caller's pytest options (PYTEST_ADDOPTS with --basetemp, say) are not the inner session's
+    env = clean_env(ORDER_LOG=str(log), PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", PYTHONPATH=python_path)
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                           "--rootdir", str(tmp_path), str(tmp_path / "test_rows.py")], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=120)

@@ -1,0 +1,79 @@
+"""The line between the unit and integration tiers (tests/support/tiers.py), checked on the real guard: a unit test
+that submits a Slurm job or starts a service fails at that call, before anything is forked, whether or not the
+program is installed; the test's own stand-ins and the project's own processes pass."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.inner_pytest import clean_env
+from tests.support.tiers import ServiceInUnitTier, misplaced_markers, refusal, tier_of
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def test_every_test_is_marked_with_the_tier_of_its_directory(request):
+    assert request.node.get_closest_marker("unit") is not None
+    assert tier_of(TESTS / "integration" / "test_x.py", TESTS) == "integration"
+    assert tier_of(TESTS / "gpu" / "test_x.py", TESTS) == "gpu"
+    assert tier_of(TESTS / "support" / "x.py", TESTS) is None
+
+
+def test_a_unit_test_may_not_say_it_needs_a_service():
+    assert misplaced_markers("unit", {"slurm", "parametrize", "unit"}) == {"slurm"}
+    assert misplaced_markers("unit", {"slow", "reliability"}) == {"slow", "reliability"}
+    assert misplaced_markers("integration", {"slurm", "slow"}) == set()
+
+
+@pytest.mark.parametrize("command", [
+    ["sbatch", "--wrap", "true"], ["srun", "true"], ["/usr/bin/salloc"], ["slurm/local-cluster", "up"],
+    ["pg_ctl", "start"], ["chromium", "--headless"],
+    [sys.executable, "-m", "mlflow", "server", "--port", "0"],
+    [sys.executable, "-m", "orchestrator.cli", "tracking", "up"], ["bash", "-c", "sbatch --wrap true"],
+])
+def test_a_unit_test_that_starts_a_job_or_a_service_fails_at_that_call(command, tmp_path):
+    with pytest.raises(ServiceInUnitTier, match="move it to tests/integration"):
+        subprocess.run(command, cwd=tmp_path, capture_output=True)
+    with pytest.raises(ServiceInUnitTier):
+        os.system(" ".join(map(str, command)))
+
+
+def test_stand_ins_and_the_projects_own_processes_pass(tmp_path):
+    stand_in = tmp_path / "bin" / "sbatch"
+    stand_in.parent.mkdir()
+    stand_in.write_text("#!/bin/sh\necho 'Submitted batch job 7'\n")
+    stand_in.chmod(0o755)
+    env = {**os.environ, "PATH": f"{stand_in.parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["sbatch", "--wrap", "true"], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "Submitted batch job 7"
+    version = subprocess.run([sys.executable, "-m", "orchestrator.cli", "--help"], capture_output=True, text=True)
+    assert version.returncode == 0, version.stderr
+
+
+def test_refusal_reads_the_command_not_its_arguments():
+    roots = (Path("/nonexistent-stand-ins"),)
+    assert refusal(["echo", "sbatch"], roots) is None
+    assert refusal([sys.executable, "-m", "orchestrator.cli", "tracking", "status"], roots) is None
+    assert refusal(["mlflow", "server"], roots) == "`mlflow server` starts a server"
+    assert refusal(["sbatch"], roots) == "`sbatch` submits a Slurm job"
+
+
+def test_a_unit_test_marked_as_needing_a_service_stops_the_collection(tmp_path):
+    """The real tests/conftest.py over a tree of its own: a slurm-marked test under unit/ is refused, by name."""
+    tests = tmp_path / "tests"
+    (tests / "unit").mkdir(parents=True)
+    (tests / "conftest.py").write_text((TESTS / "conftest.py").read_text())
+    (tests / "unit" / "test_x.py").write_text(
+        "import pytest\n\n@pytest.mark.slurm\ndef test_needs_slurm():\n    pass\n\ndef test_pure():\n    pass\n")
+    env = clean_env(PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS.parent), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                           "--rootdir", str(tmp_path), "tests"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    out = done.stdout + done.stderr
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, out
+    assert "tests/unit/test_x.py::test_needs_slurm: slurm" in out and "test_pure" not in out, out
