@@ -36,6 +36,7 @@ from pathlib import Path
 from record.errors import UserError
 from record.rundir import sha256_file
 from record.weights import MODEL_RECORD, model_identity, write_record
+from trainer.cache_lock import one_builder
 from trainer.config import TINY_MODEL
 from trainer.distributed import setup_environment
 from trainer.tiny_model import GENERATION_DEFAULTS, ensure_tiny_model
@@ -149,7 +150,13 @@ def convert_cached(gguf: Path, root: Path | None = None, progress: Progress | No
     final = root / sha256_file(gguf)[:16]
     if (final / "convert.json").is_file():
         return final
-    root.mkdir(parents=True, exist_ok=True)
+    with one_builder(root / f".{final.name}.lock"):  # a concurrent caller waits for this conversion, then uses it
+        if (final / "convert.json").is_file():
+            return final
+        return _convert_into(gguf, root, final, progress)
+
+
+def _convert_into(gguf: Path, root: Path, final: Path, progress: Progress | None) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
     try:
         convert_gguf(gguf, tmp, progress)

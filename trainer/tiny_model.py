@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from trainer import tiny_task
+from trainer.cache_lock import one_builder
 from trainer.distributed import setup_environment
 from trainer.rewards import tiny_reward
 
@@ -118,14 +119,21 @@ def ensure_tiny_model(config: TinyModelConfig | None = None, root: str | Path | 
     """The directory of the tiny model for `config`, built (about 3 minutes on one CPU core) only when missing;
     `progress` hears how far the build is (else it prints to the log).
 
-    Concurrent callers may each build; the first rename wins and the others discard their copy.
+    Concurrent callers on one machine wait for one build (trainer/cache_lock.py); where the filesystem has no
+    flock they may each build, and the first rename wins.
     """
     config = config or TinyModelConfig()
     root = Path(root) if root is not None else cache_root()
     final = root / config.key()
     if (final / "build.json").is_file():
         return final
-    root.mkdir(parents=True, exist_ok=True)
+    with one_builder(root / f".{config.key()}.lock"):  # a concurrent caller waits for this build, then uses it
+        if (final / "build.json").is_file():
+            return final
+        return _build_into(config, root, final, progress)
+
+
+def _build_into(config: TinyModelConfig, root: Path, final: Path, progress: Progress | None) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{config.key()}.", dir=root))
     try:
         build_tiny_model(config, tmp, progress)
