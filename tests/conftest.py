@@ -6,11 +6,15 @@ the list of such tests; a unit test that starts a Slurm job or a service fails a
 Under `-n N --dist loadgroup` (make test): the tests that use the local Slurm cluster run in one group, one after
 another on one worker, since they drain nodes, restart daemons, count the cluster's jobs and compare its state; each
 other integration module is a group of its own, so that its module-scoped fixtures (a trained reference cell, a
-started server) are built once, not once per worker. Unit tests spread freely.
+started server) are built once, not once per worker. Unit tests spread freely. The order hands out the longest
+chain first: the Slurm group, then the unit tests (while tests/support/warm_caches.py builds the shared models in
+the background), then the other integration modules.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -20,8 +24,10 @@ from tests.support.tiers import Guard, misplaced_markers, tier_of
 
 TESTS = Path(__file__).resolve().parent
 _guard: Guard | None = None
+_warming: subprocess.Popen | None = None
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group markers into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     misplaced = []
     for item in items:
@@ -37,6 +43,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if misplaced:
         raise pytest.UsageError("unit tests marked as needing a service; move them to tests/integration:\n"
                                 + "\n".join(misplaced))
+    # stable: within each class the collection's own order (every xdist worker must collect the same order)
+    items.sort(key=lambda item: 0 if item.get_closest_marker("slurm") else 1 if item.get_closest_marker("unit")
+               else 2)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A parallel run that may reach the integration tier starts the shared builds at once, in the background (the
+    controller only: xdist's workers are configured with `workerinput`)."""
+    global _warming
+    config = session.config
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", None):
+        return
+    paths = [Path(a.split("::")[0]).resolve() for a in config.args] or [TESTS]
+    if not any(p == TESTS or p == TESTS.parent or p.is_relative_to(TESTS / "integration") for p in paths):
+        return
+    log = Path(tempfile.gettempdir()) / f"comedy-warm-caches-{session.config.rootpath.name}.log"
+    with open(log, "w") as out:
+        _warming = subprocess.Popen([sys.executable, "-m", "tests.support.warm_caches"], cwd=TESTS.parent,
+                                    stdout=out, stderr=subprocess.STDOUT)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _warming is not None and _warming.poll() is None:
+        _warming.terminate()
+        _warming.wait()
 
 
 @pytest.fixture(autouse=True)

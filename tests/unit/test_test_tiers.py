@@ -77,3 +77,42 @@ def test_a_unit_test_marked_as_needing_a_service_stops_the_collection(tmp_path):
     out = done.stdout + done.stderr
     assert done.returncode == pytest.ExitCode.USAGE_ERROR, out
     assert "tests/unit/test_x.py::test_needs_slurm: slurm" in out and "test_pure" not in out, out
+
+
+SLURM_ROWS = """
+import os
+import pytest
+
+def record(name):
+    with open(os.environ["WORKER_LOG"], "a") as f:
+        f.write(f"{name} {os.environ.get('PYTEST_XDIST_WORKER')}\\n")
+
+@pytest.mark.parametrize("n", range(6))
+@pytest.mark.slurm
+def test_on_the_cluster(n):
+    record(f"slurm{n}")
+
+@pytest.mark.parametrize("n", range(6))
+def test_elsewhere(n):
+    record(f"other{n}")
+"""
+
+
+def test_under_xdist_the_slurm_tests_share_one_worker_and_come_first(tmp_path):
+    """The real tests/conftest.py under `-n 3 --dist loadgroup`: every slurm-marked test on one worker (they change
+    the one cluster), handed out before the rest."""
+    tests = tmp_path / "tests"
+    (tests / "integration").mkdir(parents=True)
+    (tests / "conftest.py").write_text((TESTS / "conftest.py").read_text())
+    (tests / "integration" / "test_rows.py").write_text(SLURM_ROWS)
+    log = tmp_path / "workers.log"
+    env = clean_env(WORKER_LOG=str(log),
+                    PYTHONPATH=os.pathsep.join(filter(None, [str(TESTS.parent), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                           "-n", "3", "--dist", "loadgroup", "--rootdir", str(tmp_path), "tests"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in log.read_text().splitlines()]
+    workers = {worker for name, worker in rows if name.startswith("slurm")}
+    assert len(workers) == 1 and len([n for n, _ in rows if n.startswith("slurm")]) == 6, rows
+    assert rows[0][0] == "slurm0", rows  # the Slurm chain starts first
