@@ -51,10 +51,11 @@ study: setup
 lint: setup
 	$(BIN)/ruff check .
 
-# The tiers (tests/support/tiers.py, README "Tests"). Side by side on WORKERS pytest-xdist workers: the tests on the
+# The tiers (tests/support/tiers.py, README "Tests"). Side by side on WORKERS pytest-xdist workers (3 on our 2 cores:
+# the Slurm chain spends much of its time waiting on the scheduler and on polls): the tests on the
 # local Slurm cluster one after another on one worker, each other integration module on one worker (its fixtures
 # built once), unit tests anywhere (tests/conftest.py).
-WORKERS ?= 2
+WORKERS ?= 3
 XDIST := -n $(WORKERS) --dist loadgroup
 
 # No service, no Slurm job (checked): under 5 minutes.
