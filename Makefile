@@ -57,6 +57,10 @@ lint: setup
 # built once), unit tests anywhere (tests/conftest.py).
 WORKERS ?= 3
 XDIST := -n $(WORKERS) --dist loadgroup
+# One OpenMP thread a process, as `make reliability` and `make study` run: three workers' torch threads spinning on
+# two cores cost more than they compute (docs/results.md measured 20-47 s a step instead of ~1 s). A Slurm job
+# still takes its own CPUs (its setup sets OMP_NUM_THREADS from SLURM_CPUS_PER_TASK).
+unit integration test: export OMP_NUM_THREADS = 1
 
 # No service, no Slurm job (checked): under 5 minutes.
 unit: setup

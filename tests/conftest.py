@@ -8,11 +8,14 @@ another on one worker, since they drain nodes, restart daemons, count the cluste
 other integration module is a group of its own, so that its module-scoped fixtures (a trained reference cell, a
 started server) are built once, not once per worker. Unit tests spread freely. The order hands out the longest
 chain first: the Slurm group, then the unit tests (while tests/support/warm_caches.py builds the shared models in
-the background), then the other integration modules.
+the background), then the other integration modules. And the Slurm chain keeps the CPU it needs: in a parallel
+run every other test runs at a lower scheduling priority (nice 10), its processes too, so that on 2 cores the chain,
+the session's longest path, runs near its own speed while the rest fills the time the chain spends waiting.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -23,6 +26,7 @@ import pytest
 from tests.support.tiers import Guard, misplaced_markers, tier_of
 
 TESTS = Path(__file__).resolve().parent
+BEHIND_THE_CHAIN = 10  # the niceness of every test but the Slurm chain's, in a parallel run
 _guard: Guard | None = None
 _warming: subprocess.Popen | None = None
 
@@ -46,6 +50,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # stable: within each class the collection's own order (every xdist worker must collect the same order)
     items.sort(key=lambda item: 0 if item.get_closest_marker("slurm") else 1 if item.get_closest_marker("unit")
                else 2)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """In an xdist worker run as root (who may raise a priority back): the Slurm chain at the usual priority, every
+    other test behind it, for the whole of its setup, call and teardown (and what they start)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and os.geteuid() == 0:
+        os.setpriority(os.PRIO_PROCESS, 0, 0 if item.get_closest_marker("slurm") else BEHIND_THE_CHAIN)
+    return (yield)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

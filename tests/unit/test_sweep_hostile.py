@@ -25,6 +25,9 @@ from orchestrator.sweep.expand import load_sweep
 from record.errors import ConfigError, UserError
 from record.fields import FIELDS
 
+# One xdist worker runs the whole module: its last test adds up what every class before it counted in SEEN.
+pytestmark = pytest.mark.xdist_group("test_sweep_hostile")
+
 SMOKE = Path(__file__).resolve().parents[2] / "sweeps" / "smoke.yaml"
 TEXT = SMOKE.read_text()
 VALID = yaml.safe_load(TEXT)

@@ -32,7 +32,7 @@ def test_a_unit_test_may_not_say_it_needs_a_service():
 
 @pytest.mark.parametrize("command", [
     ["sbatch", "--wrap", "true"], ["srun", "true"], ["/usr/bin/salloc"], ["slurm/local-cluster", "up"],
-    ["pg_ctl", "start"], ["chromium", "--headless"],
+    ["pg_ctl", "start"], ["chromedriver", "--port=0"],
     [sys.executable, "-m", "mlflow", "server", "--port", "0"],
     [sys.executable, "-m", "orchestrator.cli", "tracking", "up"], ["bash", "-c", "sbatch --wrap true"],
 ])
@@ -88,13 +88,13 @@ def record(name):
         f.write(f"{name} {os.environ.get('PYTEST_XDIST_WORKER')}\\n")
 
 @pytest.mark.parametrize("n", range(6))
+def test_elsewhere(n):
+    record(f"other{n}")
+
+@pytest.mark.parametrize("n", range(6))
 @pytest.mark.slurm
 def test_on_the_cluster(n):
     record(f"slurm{n}")
-
-@pytest.mark.parametrize("n", range(6))
-def test_elsewhere(n):
-    record(f"other{n}")
 """
 
 
@@ -115,4 +115,10 @@ def test_under_xdist_the_slurm_tests_share_one_worker_and_come_first(tmp_path):
     rows = [line.split() for line in log.read_text().splitlines()]
     workers = {worker for name, worker in rows if name.startswith("slurm")}
     assert len(workers) == 1 and len([n for n, _ in rows if n.startswith("slurm")]) == 6, rows
-    assert rows[0][0] == "slurm0", rows  # the Slurm chain starts first
+    # handed out first: the collection puts the chain before everything else (xdist deals work in that order)
+    order = subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-o",
+                            "addopts=", "--rootdir", str(tmp_path), "tests"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=180).stdout.split()
+    tests = [line.split("::")[1] for line in order if "::" in line]
+    assert tests == [f"test_on_the_cluster[{n}]" for n in range(6)] + [f"test_elsewhere[{n}]" for n in range(6)], \
+        order
