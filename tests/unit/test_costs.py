@@ -35,7 +35,10 @@ def test_keep_last_one_still_holds_two_checkpoints_at_the_peak():
 
 
 def test_free_space_is_read_from_the_nearest_existing_parent(tmp_path):
-    assert free_space(tmp_path / "not" / "yet" / "there") == free_space(tmp_path) > 0
+    # Not ==: other processes (make test's other workers) write to the same disk between the two reads; a loaded
+    # parallel run saw them differ by 12 KB.
+    missing, parent = free_space(tmp_path / "not" / "yet" / "there"), free_space(tmp_path)
+    assert parent > 0 and abs(missing - parent) < 256 * 2**20, (missing, parent)
 
 
 def test_the_dry_run_states_the_costs_and_where_a_submission_would_stop():
