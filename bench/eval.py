@@ -37,9 +37,10 @@ import torch
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 from eval import backends, taskfiles  # noqa: E402
-from trainer import tiny_task  # noqa: E402
-from trainer.rewards import tiny_reward  # noqa: E402
-from trainer.tiny_model import ensure_tiny_model, fast_config  # noqa: E402
+from trainer.model.tiny_model import ensure_tiny_model, fast_config  # noqa: E402
+from trainer.tasks import tiny as tiny_task  # noqa: E402
+from trainer.tasks.common import write_jsonl  # noqa: E402
+from trainer.tasks.rewards import tiny_reward  # noqa: E402
 
 
 def direct(model, tokenizer, prompts: list[str], k: int, max_tokens: int, batch_size: int) -> list[str]:
@@ -103,7 +104,7 @@ def harness_vs_direct(args) -> None:
     model_dir = ensure_tiny_model(fast_config() if args.model == "fast" else None)
     examples = tiny_task.make_split("test", args.n)
     with tempfile.TemporaryDirectory() as tmp:
-        data_file = tiny_task.write_jsonl(examples, Path(tmp) / "tiny_test.jsonl")
+        data_file = write_jsonl(examples, Path(tmp) / "tiny_test.jsonl")
         lm = backends.hf_lm(model_dir, device="cpu", batch_size=args.batch_size)
         until = backends.stop_strings(lm.tokenizer, chat_template=True)
         gen = backends.generation_kwargs("hf", 1.0, 1.0, args.max_tokens, until)
@@ -151,7 +152,7 @@ def timed_evaluations(lm, backend: str, args, examples, tmp: Path) -> tuple[list
     import lm_eval
     from lm_eval.tasks import TaskManager
 
-    data_file = tiny_task.write_jsonl(examples, tmp / "tiny_test.jsonl")
+    data_file = write_jsonl(examples, tmp / "tiny_test.jsonl")
     until = backends.stop_strings(lm.tokenizer, chat_template=True)
     gen = backends.generation_kwargs(backend, 1.0, 1.0, args.max_tokens, until)
     manager = TaskManager(include_path=str(taskfiles.render({"tiny": data_file}, tmp / backend, args.k, gen)),

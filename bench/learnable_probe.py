@@ -5,7 +5,7 @@
 GRPO learns nothing from a group whose rewards are all equal, so a task for a CPU-sized run must start between
 about 10% and 60%. For each candidate: greedy and sampled (temperature 1.0, top_k 0, top_p 1.0, one sample per
 problem, seed 0) completions of --n problems under the chat template, graded by the training reward
-(trainer/rewards.py: math_reward, the last `\\boxed{}`, Math-Verify when the strings differ). Printed per
+(trainer/tasks/rewards.py: math_reward, the last `\\boxed{}`, Math-Verify when the strings differ). Printed per
 candidate: accuracy and the fraction of replies that box anything, greedy and sampled, mean response tokens,
 seconds, and the first two greedy replies.
 
@@ -15,7 +15,7 @@ Problem families (answers in the form the MATH datasets use):
 - `samedenom`: `Compute a/d + b/d.` (d 2-9, a, b 1..d-1): reduced fractions and whole numbers;
 - `mixed`: the two above alternating, one worked example of each (the fraction one written `p/q`, so a copied
   form takes Math-Verify's path against the `\\frac{p}{q}` gold);
-- `fractions`: trainer/fraction_task.py's `a/b ± c/d` (measured at 0/16 before: the reference row).
+- `fractions`: trainer/tasks/fraction.py's `a/b ± c/d` (measured at 0/16 before: the reference row).
 Prompt forms:
 - `suffix`: the problem and " Give the final answer within \\boxed{}." (the fractions task's instruction);
 - `inline`: one user message holding two worked examples (`Compute 2 + 3.` -> `\\boxed{5}`) then the problem;
@@ -56,7 +56,7 @@ def problems(family: str, n: int) -> list[tuple[str, str]]:
     rng = random.Random(f"probe:{family}")
     out = []
     if family == "fractions":
-        from trainer import fraction_task
+        from trainer.tasks import fraction as fraction_task
 
         return [(e["problem"], e["answer"]) for e in fraction_task.make_split("test", n, seed=0)]
     while len(out) < n:
@@ -124,8 +124,8 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer.model_source import ensure_smollm2
-    from trainer.rewards import reward_fn
+    from trainer.model.source import ensure_smollm2
+    from trainer.tasks.rewards import reward_fn
 
     torch.set_num_threads(1)
     path = str(ensure_smollm2())

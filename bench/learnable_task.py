@@ -6,7 +6,7 @@ For each seed: greedy accuracy on the first --eval held-out `test` problems befo
 group-relative policy gradient (GRPO advantages: reward minus the group mean, over the group's std) with a
 k3 KL penalty to the frozen start, --prompts train problems x --n samples each (--temperature, 1.0 by default;
 top_k and top_p off), AdamW at --lr, then the same greedy evaluation. Prompts are the trainer's own
-(trainer/data.py: prompt_text, chat template on), graded by the training reward (trainer/rewards.py:
+(trainer/tasks/data.py: prompt_text, chat template on), graded by the training reward (trainer/tasks/rewards.py:
 reward_fn(--data)). The response mask holds the end-of-turn token, as the trainer's does (docs/trainer.md), and
 position ids follow the left padding, as generate's do.
 
@@ -69,8 +69,8 @@ def run_seed(seed, args, path, heldout, heldout_prompts, grade):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer.config import DataConfig
-    from trainer.data import load_examples, prompt_text
+    from trainer.config.run import DataConfig
+    from trainer.tasks.data import load_examples, prompt_text
 
     torch.manual_seed(seed)
     tok = AutoTokenizer.from_pretrained(path)
@@ -138,10 +138,10 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from trainer.config import DataConfig
-    from trainer.data import load_examples, prompt_text
-    from trainer.model_source import ensure_smollm2
-    from trainer.rewards import reward_fn
+    from trainer.config.run import DataConfig
+    from trainer.model.source import ensure_smollm2
+    from trainer.tasks.data import load_examples, prompt_text
+    from trainer.tasks.rewards import reward_fn
 
     torch.set_num_threads(1)
     path = str(ensure_smollm2())

@@ -3,14 +3,14 @@
     python bench/memory.py [--model qwen2.5-0.5b] [--layers 0] [--batch 2] [--prompt 128] [--response 256]
                            [--chunk 256]
 
-A model built from its published shape (trainer/model_shapes.py; random weights, fp32, full depth unless
+A model built from its published shape (trainer/analysis/model_shapes.py; random weights, fp32, full depth unless
 --layers), one micro-batch of --batch sequences of --prompt + --response random tokens, one forward and backward of
 the log-probs and entropy the loss uses. Two ways, each in its own fresh process (the high-water mark of one cannot
 hide the other's):
   before  the path before issue 29: no gradient checkpointing, one fp32 log-softmax over the full vocabulary for
           every response position, kept by autograd (entropy without grad, as now)
-  after   the trainer's path: non-reentrant gradient checkpointing (trainer/memory.py) and the chunked selective
-          log-softmax (trainer/policy.py response_logprobs, --chunk positions a chunk)
+  after   the trainer's path: non-reentrant gradient checkpointing (trainer/model/memory.py) and the chunked selective
+          log-softmax (trainer/model/logprobs.py response_logprobs, --chunk positions a chunk)
 Printed per way: bytes autograd saves for backward (every tensor saved_tensors_hooks sees, each storage once,
 parameters excluded), the peak RSS the step adds over the process after the model is built (VmHWM, reset before
 the step; each gradient dropped once accumulated, as ZeRO's partitioning frees it), and the step's time;
@@ -64,8 +64,8 @@ def _peak_rss_kib() -> int:
 
 def measure(args: argparse.Namespace) -> dict:
     """One way (args.way), in this process: bytes saved for backward, peak RSS added, seconds."""
-    from trainer.model_shapes import SHAPES, tiny_hf_model
-    from trainer.policy import collate, response_logprobs
+    from trainer.analysis.model_shapes import SHAPES, tiny_hf_model
+    from trainer.model.logprobs import collate, response_logprobs
 
     torch.manual_seed(0)
     shape = SHAPES[args.model]

@@ -2,7 +2,7 @@
 
     python bench/real_model.py [--prompts 4] [--n 4] [--max-new 24] [--repeats 3]
 
-The model (trainer/model_source.py: the pinned PyPI wheel's GGUF, converted once to fp32) under DeepSpeed ZeRO-3
+The model (trainer/model/source.py: the pinned PyPI wheel's GGUF, converted once to fp32) under DeepSpeed ZeRO-3
 on one CPU rank as the trainer puts it, its frozen reference copy, and both rollout engines on the same policy:
 HF generate (baseline) and vLLM's CPU build beside it. Same prompts (the tiny task's test split under the model's
 own chat template), same sampling (temperature 1.0, top_p 1.0, top_k off), the trainer's own functions for each
@@ -44,12 +44,13 @@ def setup(args):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer import distributed, tiny_task
-    from trainer.data import prompt_text
-    from trainer.model_source import ensure_smollm2
-    from trainer.rollout_hf import HFEngine
-    from trainer.rollout_vllm import VLLMEngine
-    from trainer.sampler import encode
+    from trainer.model import distributed
+    from trainer.model.source import ensure_smollm2
+    from trainer.rollout.hf_engine import HFEngine
+    from trainer.rollout.sampler import encode
+    from trainer.rollout.vllm_engine import VLLMEngine
+    from trainer.tasks import tiny as tiny_task
+    from trainer.tasks.data import prompt_text
     from trainer.train import CACHE
 
     path = str(ensure_smollm2())
@@ -72,8 +73,8 @@ def one_step(rollout, engine, reference, tok, prompts, args, seed: int) -> tuple
     """Seconds of each part of one step with `rollout`, and the tokens it generated."""
     import torch
 
-    from trainer.policy import collate, response_logprobs, score_logprobs
-    from trainer.rollout import Sampling
+    from trainer.model.logprobs import collate, response_logprobs, score_logprobs
+    from trainer.rollout.engine import Sampling
 
     t = {}
     clock = time.perf_counter()

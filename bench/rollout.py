@@ -3,8 +3,8 @@
     python bench/rollout.py [--prompts 64] [--n 8] [--max-new 16] [--repeats 3] [--syncs 10]
                             [--steps 10] [--train-prompts 8] [--group 4] [--trainer-runs 2]
 
-Same tiny model (trainer/tiny_model.py, ~0.35M parameters, fp32), warm-started and put under DeepSpeed ZeRO-3 on one
-CPU rank as the trainer does; same prompts (the tiny task's test split, chat template on), same sampling
+Same tiny model (trainer/model/tiny_model.py, ~0.35M parameters, fp32), warm-started and put under DeepSpeed ZeRO-3 on
+one CPU rank as the trainer does; same prompts (the tiny task's test split, chat template on), same sampling
 (temperature 1.0, top_p 1.0, top_k off). Three measurements, each in its own fresh Python process (DeepSpeed
 patches torch process-wide, and vLLM's process groups outlive its engine), baseline HF generate throughout:
 1. generation: `VLLMEngine.generate` against `HFEngine.generate` (the whole model gathered once, DeepSpeed's hooks
@@ -55,13 +55,13 @@ def engines(args) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer import distributed
-    from trainer.data import prompt_text
-    from trainer.rollout import Sampling
-    from trainer.rollout_hf import HFEngine
-    from trainer.rollout_vllm import VLLMEngine, gathered_parameters
-    from trainer.tiny_model import ensure_tiny_model
-    from trainer.tiny_task import make_split
+    from trainer.model import distributed
+    from trainer.model.tiny_model import ensure_tiny_model
+    from trainer.rollout.engine import Sampling
+    from trainer.rollout.hf_engine import HFEngine
+    from trainer.rollout.vllm_engine import VLLMEngine, gathered_parameters
+    from trainer.tasks.data import prompt_text
+    from trainer.tasks.tiny import make_split
     from trainer.train import CACHE
 
     path = str(ensure_tiny_model())
@@ -111,8 +111,8 @@ def trainer_steps(args, engine: str) -> dict:
     """Item 3: the real trainer with rollout.engine=`engine`; its per-step metrics read back from MLflow."""
     from mlflow import MlflowClient
 
-    from record.identity import run_key
-    from trainer.config import RunConfig
+    from record.identity.run_key import run_key
+    from trainer.config.run import RunConfig
     from trainer.train import RunContext, train
 
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-rollout-{engine}-"))

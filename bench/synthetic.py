@@ -2,7 +2,7 @@
 
     python bench/synthetic.py [--naive-sequences 40]
 
-Ours: `trainer.toy_study.run_study` with the defaults of `orchestrate synthetic` (9 configurations x T in
+Ours: `trainer.analysis.toy_study.run_study` with the defaults of `orchestrate synthetic` (9 configurations x T in
 2,4,8,16,32 x 200 trials x 1000 sequences), timed end to end.
 Baseline ("naive"): what one writes first: for every sampled sequence, a fresh (a, b) leaf, the trainer's
 `shaped_advantages` and `rl_loss` on that one sequence, and one backward. Running it on all 9 million
@@ -25,10 +25,10 @@ import time
 
 import torch
 
-from trainer.config_objective import AlgorithmConfig
-from trainer.objective import rl_loss, shaped_advantages
-from trainer.toy import DTYPE, sample, token_logprobs
-from trainer.toy_study import PAPER_CONFIGS, kl_config, run_study
+from trainer.analysis.toy import DTYPE, sample, token_logprobs
+from trainer.analysis.toy_study import PAPER_CONFIGS, kl_config, run_study
+from trainer.config.objective import AlgorithmConfig
+from trainer.objective.loss import rl_loss, shaped_advantages
 
 THETA, REF = (0.5, -0.1), (0.0, 0.1)
 LENGTHS, TRIALS, SEQUENCES = (2, 4, 8, 16, 32), 200, 1000

@@ -32,7 +32,7 @@ BASELINE = "sqlite-local"
 def measure(store: str, uri: str, writers: int, load: Load, workdir: Path, fresh: bool = False) -> dict:
     from mlflow import MlflowClient
 
-    from record.tracker import local_artifact_location
+    from record.tracking.tracker import local_artifact_location
 
     name = f"bench-{store}-{writers}"  # a SQLite store's artifacts beside it, not in ./mlruns
     experiment = None if fresh else MlflowClient(uri).create_experiment(name, local_artifact_location(uri, name))

@@ -3,7 +3,7 @@
     pip install -e '.[bench]'   # TRL, for this benchmark only
     python bench/trainer.py [--steps 16] [--prompts 8] [--group 4] [--max-new 16]
 
-Same tiny model (trainer/tiny_model.py), same prompts (the tiny task's train split), same batch (prompts x group),
+Same tiny model (trainer/model/tiny_model.py), same prompts (the tiny task's train split), same batch (prompts x group),
 same sampling (temperature 1.0, top_p 1.0, top_k off, max_new tokens), one CPU process each, KL beta 0.1 against
 the frozen reference in both (ours: k1 in the reward, RLOO; TRL: its k3 in the loss), a learning rate of 1e-4.
 TRL runs twice: as it runs by default on one CPU process (plain PyTorch, no DeepSpeed), and on DeepSpeed ZeRO-3
@@ -31,8 +31,8 @@ import time
 
 
 def ours(args) -> tuple[list[float], float]:
-    from record.identity import run_key
-    from trainer.config import RunConfig
+    from record.identity.run_key import run_key
+    from trainer.config.run import RunConfig
     from trainer.train import RunContext, train
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-ours-"))
@@ -58,7 +58,7 @@ def ours(args) -> tuple[list[float], float]:
     return times[1:], statistics.mean(lengths) * args.prompts * args.group
 
 
-# TRL on ZeRO-3: the settings our trainer uses on CPU (trainer/distributed.py), "auto" where HF fills them in.
+# TRL on ZeRO-3: the settings our trainer uses on CPU (trainer/model/distributed.py), "auto" where HF fills them in.
 TRL_ZERO3 = {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": "auto",
              "gradient_clipping": "auto", "bf16": {"enabled": False},
              "zero_optimization": {"stage": 3, "memory_efficient_linear": False}}
@@ -72,9 +72,9 @@ def trl(args, zero3: bool = False) -> tuple[list[float], float]:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainer.rewards import tiny_reward
-    from trainer.tiny_model import ensure_tiny_model
-    from trainer.tiny_task import make_split
+    from trainer.model.tiny_model import ensure_tiny_model
+    from trainer.tasks.rewards import tiny_reward
+    from trainer.tasks.tiny import make_split
 
     if zero3:  # a one-process "distributed" job, as our trainer sets up for itself outside Slurm
         for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29531", "RANK": "0", "WORLD_SIZE": "1",

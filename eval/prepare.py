@@ -20,7 +20,7 @@ from pathlib import Path
 import datasets
 
 from eval import local_data
-from trainer.rewards import last_boxed
+from trainer.tasks.rewards import last_boxed
 
 Fetch = Callable[[str, str | None, str], list[dict]]
 

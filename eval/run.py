@@ -7,7 +7,7 @@
    directory. Settings come from the run's `eval` config (k, temperature, top_p, max_tokens, chat
    template, seeds); arguments override them.
 2. Skip every task whose marker `<run_dir>/eval/step_N/<task>.done.json` records the same settings and data
-   (unless `force`). Then export the checkpoint to HF format (trainer/export.py), render the task YAMLs
+   (unless `force`). Then export the checkpoint to HF format (trainer/run/export.py), render the task YAMLs
    (eval/taskfiles.py) and run `lm_eval.simple_evaluate` once per evaluation seed over the pending tasks.
 3. Per task (eval/outcome.py): the per-sample outputs as jsonl, lm-eval's numbers as json, the mean over seeds
    logged as `eval/<task>/mean_at_<k>`, `pass_at_1`, `pass_at_<k>`, `maj_at_<k>` at the checkpoint's step into the
@@ -33,13 +33,13 @@ from transformers import AutoTokenizer
 from eval import backends, local_data, outcome, taskfiles
 from eval.outcome import Settings
 from eval.target import EvalError, Target, resolve
-from record.identity import canonical_json
+from record.identity.run_key import canonical_json
 from record.rundir import RunDir, atomic_write
-from trainer import vllm_support
-from trainer.config import EvalConfig, RunConfig
-from trainer.export import ExportError, checkpoint_step, export_hf, load_run_config
-from trainer.models import model_path
-from trainer.tiny_task import read_jsonl
+from trainer.config.run import EvalConfig, RunConfig
+from trainer.model.build import model_path
+from trainer.rollout import vllm_support
+from trainer.run.export import ExportError, checkpoint_step, export_hf, load_run_config
+from trainer.tasks.common import read_jsonl
 
 
 def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | None = None, force: bool = False,

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from record.errors import UserError
-from record.identity import run_key
+from record.identity.run_key import run_key
 from record.rundir import RunDir
-from trainer.export import ExportError, load_run_config
+from trainer.run.export import ExportError, load_run_config
 
 _RUN_KEY = re.compile(r"[0-9a-f]{6,64}")
 

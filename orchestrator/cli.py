@@ -16,7 +16,7 @@ import sys
 
 from orchestrator import commands
 from record.errors import ConfigError, UserError
-from trainer.vllm_support import VLLMUnavailable
+from trainer.rollout.vllm_support import VLLMUnavailable
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:

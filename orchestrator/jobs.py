@@ -18,9 +18,9 @@ import yaml
 
 from orchestrator.cluster.entry import PREEMPTED_EXIT, code_dir, write_json
 from orchestrator.launch.ledger import Ledger
-from record.identity import eval_id
+from record.identity.run_key import eval_id
 from record.rundir import RunDir, tag_for
-from trainer.config import RunConfig
+from trainer.config.run import RunConfig
 
 
 def train_job(run_dir: Path) -> dict:

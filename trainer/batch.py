@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer.distributed import all_reduce_max, all_reduce_sum
-from trainer.policy import TokenBatch, collate
+from trainer.model.distributed import all_reduce_max, all_reduce_sum
+from trainer.model.logprobs import TokenBatch, collate
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Batch:
     response_ids: list[list[int]]
     rewards: torch.Tensor              # [B]
     behavior_logp: torch.Tensor | None  # [B, R] log mu, None when every update is on-policy
-    ref_logp: torch.Tensor | None      # [B, R], None where the run has no reference (trainer/memory.py)
+    ref_logp: torch.Tensor | None      # [B, R], None where the run has no reference (trainer/model/memory.py)
     pad_id: int
     group_size: int
 

@@ -1,17 +1,17 @@
 """One RLOO training run: setup, then `_step` once per step, every verb of the recipe a visible call in its order:
 
-    rollout              G responses per prompt, from the rollout engine (trainer/sampler.py, trainer/rollout.py:
-                         vLLM or HF generate); at async level k the batch sampled k steps ago (the queue)
-    reward               verifiable, per response (trainer/rewards.py)
-    reference log-probs  log pi_ref of every sampled token, the KL's other side (trainer/policy.py)
+    rollout              G responses per prompt, from the rollout engine (trainer/rollout/: vLLM or HF generate);
+                         at async level k the batch sampled k steps ago (the queue, trainer/rollout/sampler.py)
+    reward               verifiable, per response (trainer/tasks/rewards.py)
+    reference log-probs  log pi_ref of every sampled token, the KL's other side (trainer/model/logprobs.py)
     for each minibatch (one optimizer step) and micro-batch of whole groups in it (trainer/batch.py):
-      advantages         KL per token (kl.py), R - beta sum sg(KL_t), the RLOO baseline (trainer/objective.py)
-      loss               `rl_loss`: the policy-gradient term + beta * the KL loss term (trainer/objective.py)
+      advantages         KL per token (trainer/objective/kl.py), R - beta sum sg(KL_t), the RLOO baseline (loss.py)
+      loss               `rl_loss`: the policy-gradient term + beta * the KL loss term (trainer/objective/loss.py)
       backward, step     DeepSpeed ZeRO-3
     weight sync          the rollout engine takes the new weights (vLLM; HF samples the trained module itself)
-    log                  MLflow (record/tracker.py), the collapse verdict (trainer/collapse.py)
-    checkpoint           trainer/checkpoint.py
-    export               at the last step, the bf16 weights evaluation loads (trainer/export.py)
+    log                  MLflow (record/tracking/tracker.py), the collapse verdict (trainer/run/collapse.py)
+    checkpoint           trainer/run/checkpoint.py
+    export               at the last step, the bf16 weights evaluation loads (trainer/run/export.py)
 The same entry point runs in a shell (`orchestrate train`) and inside a Slurm job (one task per GPU).
 """
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from record.keys import (
+from record.metric_keys import (
     ASYNC_LAG,
     PERF_STEP_TIME_S,
     PERF_TOKENS_PER_S,
@@ -38,7 +38,10 @@ from record.keys import (
     VAL_PASS_AT_1,
     step_key,
 )
-from record.run_names import (
+from record.rundir import RunDir, atomic_write
+from record.tracking.key_rules import flatten_params
+from record.tracking.null import NullTracker
+from record.tracking.run_names import (
     axis_params,
     cell_run_name,
     experiment_tags,
@@ -46,28 +49,26 @@ from record.run_names import (
     read_manifest,
     sweep_tags,
 )
-from record.rundir import RunDir, atomic_write
-from record.tracker import MlflowTracker, default_tracking_uri
-from record.tracker_keys import flatten_params
-from record.tracker_null import NullTracker
-from trainer import checkpoint, distributed, export
+from record.tracking.tracker import MlflowTracker, default_tracking_uri
 from trainer.batch import Batch, UpdateMetrics
-from trainer.collapse import CollapseMonitor
-from trainer.collapse_rules import CollapseConfig
-from trainer.config import RunConfig
-from trainer.data import load_examples
-from trainer.fingerprint import fingerprint
-from trainer.kl import describe_objective
-from trainer.models import build_engine, build_rollout, model_path
-from trainer.objective import rl_loss, shaped_advantages
-from trainer.policy import response_logprobs, score_logprobs
-from trainer.preempt import Preemption, requeue_self
-from trainer.progress import StepProgress, quiet_third_party
-from trainer.rollout import RolloutEngine
-from trainer.sampler import BatchSampler, RolloutQueue, Sampled
-from trainer.val_pass_at_1 import pass_at_1
+from trainer.config.run import RunConfig
+from trainer.model import distributed
+from trainer.model.build import build_engine, model_path
+from trainer.model.logprobs import response_logprobs, score_logprobs
+from trainer.objective.fingerprint import fingerprint
+from trainer.objective.kl import describe_objective
+from trainer.objective.loss import rl_loss, shaped_advantages
+from trainer.rollout.engine import RolloutEngine, build_rollout
+from trainer.rollout.sampler import BatchSampler, RolloutQueue, Sampled
+from trainer.run import checkpoint, export
+from trainer.run.collapse import CollapseMonitor
+from trainer.run.collapse_rules import CollapseConfig
+from trainer.run.preempt import Preemption, requeue_self
+from trainer.run.progress import StepProgress, quiet_third_party
+from trainer.run.validation import pass_at_1
+from trainer.tasks.data import load_examples
 
-if TYPE_CHECKING:  # annotations only: deepspeed is imported once the accelerator is chosen (trainer/models.py)
+if TYPE_CHECKING:  # annotations only: deepspeed is imported once the accelerator is chosen (trainer/model/build.py)
     from deepspeed import DeepSpeedEngine
     from transformers import PreTrainedTokenizerBase
 
@@ -106,8 +107,8 @@ def objective_manifest(cfg: RunConfig) -> dict:
         "updates_per_batch": cfg.optim.updates_per_batch,
         "ppo_clip": algo.clip_eps,
         "async_level": cfg.rollout.async_level,
-        # The gradient this code's loss path gives on a fixed probe (trainer/fingerprint.py), and the code that
-        # computed it: a relaunch after a change of gradient under unchanged settings shows here.
+        # The gradient this code's loss path gives on a fixed probe (trainer/objective/fingerprint.py), and the code
+        # that computed it: a relaunch after a change of gradient under unchanged settings shows here.
         "fingerprint": fingerprint(cfg.kl, cfg.algorithm),
         "code": os.environ.get("COMEDY_CODE") or str(Path(__file__).resolve().parents[1]),
     }
@@ -164,7 +165,7 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
             if preempted:
                 status = "KILLED"
                 run.tracker.close(status)
-                if preempt.requeue:  # the warning signal; a SIGTERM is Slurm ending the job (trainer/preempt.py)
+                if preempt.requeue:  # the warning signal; a SIGTERM is Slurm ending the job (trainer/run/preempt.py)
                     requeue_self()
                 return {"metrics": last, "verdict": run.monitor.verdict_dict(), "preempted": True}
             if stop:
@@ -186,7 +187,7 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
 def _step(cfg: RunConfig, run: _Run, step: int, dist: distributed.DistInfo,
           preempt: Preemption) -> tuple[dict[str, float], bool, bool]:
     """One RL step (the module docstring says where each call lives). Returns its metrics under their registered
-    keys (record/keys.py), whether the collapse rules stop the run, and whether the job was signalled to stop
+    keys (record/metric_keys.py), whether the collapse rules stop the run, and whether the job was signalled to stop
     (preemption, agreed on by every rank)."""
     t0, G, T, pad = time.perf_counter(), cfg.algorithm.group_size, cfg.rollout.temperature, run.tokenizer.pad_token_id
     # The queue first tops itself up to step + async_level with the current weights (version `step`).
@@ -285,7 +286,7 @@ def _setup(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> _Run:
 def _open_tracker(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo,
                   manifest: dict) -> MlflowTracker | NullTracker:
     """The run named as `orchestrate status` names the cell, with every paper axis as an `axis/` param; its
-    sweep's parent gets the sweep (record/run_names.py)."""
+    sweep's parent gets the sweep (record/tracking/run_names.py)."""
     if not dist.is_main:
         return NullTracker()
     tracker = MlflowTracker(ctx.run_dir, check_first_metrics=True)  # a resumed job may resend its first step

@@ -5,8 +5,8 @@
 
 The cell is sweeps/onpolicy.yaml's: RLOO, K1 in the reward (beta 0.1), DeepSpeed ZeRO-3 (bf16 on a GPU, fp32 on
 CPU), HF rollouts, `--response` tokens a response. The model is built from a published shape
-(trainer/model_shapes.py: its widths, its vocabulary, all its layers unless --layers; random weights, no hub), with
-the tiny byte-level tokenizer: token ids past the tokenizer decode to nothing, and with 151,936-way random logits a
+(trainer/analysis/model_shapes.py: its widths, its vocabulary, all its layers unless --layers; random weights, no hub),
+with the tiny byte-level tokenizer: token ids past the tokenizer decode to nothing, and with 151,936-way random logits a
 stop token is all but never sampled, so every response runs to `--response` tokens, as the paper's do at the start.
 Rewards are 0: this measures time, not learning.
 
@@ -73,8 +73,8 @@ class Split:
 
 
 def shaped_model(directory: Path, name: str, layers: int) -> Path:
-    from trainer.model_shapes import SHAPES, tiny_hf_model
-    from trainer.tiny_model import build_tokenizer
+    from trainer.analysis.model_shapes import SHAPES, tiny_hf_model
+    from trainer.model.tiny_model import build_tokenizer
 
     tokenizer, shape = build_tokenizer(), SHAPES[name]
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # a 1.5B random init is minutes on a CPU
@@ -89,12 +89,12 @@ def shaped_model(directory: Path, name: str, layers: int) -> Path:
 
 def instrument(split: Split) -> None:
     """Wrap the calls a step makes (trainer/train.py `_step`) with the split's timers."""
-    import trainer.checkpoint
-    import trainer.export
-    import trainer.rollout_hf
+    import trainer.rollout.hf_engine
+    import trainer.run.checkpoint
+    import trainer.run.export
     import trainer.train
 
-    generate = trainer.rollout_hf.HFEngine.generate
+    generate = trainer.rollout.hf_engine.HFEngine.generate
 
     def counted(self, prompt_ids, n, sampling, seed):
         rollouts = generate(self, prompt_ids, n, sampling, seed)
@@ -104,11 +104,11 @@ def instrument(split: Split) -> None:
                                                         zip(rollouts.prompt_ids, rollouts.response_ids)))
         return rollouts
 
-    trainer.rollout_hf.HFEngine.generate = split.timed("generation", counted)
+    trainer.rollout.hf_engine.HFEngine.generate = split.timed("generation", counted)
     trainer.train.score_logprobs = split.timed("reference", trainer.train.score_logprobs)
     trainer.train.response_logprobs = split.timed("forward", trainer.train.response_logprobs)
-    trainer.checkpoint.save = split.timed("checkpoint", trainer.checkpoint.save)
-    trainer.export.save_final = split.timed("export", trainer.export.save_final)
+    trainer.run.checkpoint.save = split.timed("checkpoint", trainer.run.checkpoint.save)
+    trainer.run.export.save_final = split.timed("export", trainer.run.export.save_final)
     build_engine = trainer.train.build_engine
 
     def built(*args, **kwargs):
@@ -132,9 +132,9 @@ def main() -> None:
     p.add_argument("--json", type=Path, help="also write the summary here")
     args = p.parse_args()
 
-    from record.identity import run_key
-    from trainer.config import RunConfig
-    from trainer.model_shapes import SHAPES
+    from record.identity.run_key import run_key
+    from trainer.analysis.model_shapes import SHAPES
+    from trainer.config.run import RunConfig
     from trainer.train import RunContext, train
 
     gpu = torch.cuda.is_available()
@@ -143,7 +143,7 @@ def main() -> None:
     except Exception as err:  # noqa: BLE001 - whatever stops it importing there
         print(f"MLflow does not import here ({type(err).__name__}: {err}); the cell runs without tracking")
         import trainer.train
-        from record.tracker_null import NullTracker
+        from record.tracking.null import NullTracker
 
         trainer.train._open_tracker = lambda *args, **kwargs: NullTracker()
     peak = matmul_flops(8192 if gpu else 1024, torch.bfloat16 if gpu else torch.float32)

@@ -1,6 +1,6 @@
 """Prompt building and per-problem scoring for the task YAMLs beside this file (lm-eval `!function` targets).
 
-lm-eval loads this file by path, so it holds no logic of its own: prompts come from trainer/data.py (the exact
+lm-eval loads this file by path, so it holds no logic of its own: prompts come from trainer/tasks/data.py (the exact
 training instruction), grading from eval/answers.py (the training reward), the arithmetic from eval/mean_at_k.py.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from eval.answers import grade
 from eval.mean_at_k import problem_metrics
-from trainer.data import PROMPT_SUFFIX
+from trainer.tasks.data import PROMPT_SUFFIX
 
 # MMLU is graded on a letter, so the question says which one to box; the instruction after it is MATH's.
 MMLU_INSTRUCTION = "\n\nAnswer with the letter of the correct option."

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from orchestrator.cluster.environment import record_job_environment
 from record.rundir import RunDir, atomic_write
-from trainer.progress import quiet_third_party
+from trainer.run.progress import quiet_third_party
 
 TRAIN_ENTRY = "orchestrator.jobs:train_job"
 # A training job stopped by the warning signal exits with this (EX_TEMPFAIL) when Slurm did not requeue it (a
@@ -62,7 +62,7 @@ def run_eval(entry: str, run_dir: str):
 
 
 def quiet_job_log() -> None:
-    """An evaluation job's log without the training job's known noise (trainer/progress.py). Progress bars stay
+    """An evaluation job's log without the training job's known noise (trainer/run/progress.py). Progress bars stay
     (vLLM needs its bar's timing); `orchestrate logs` shows each at its last state. On a terminal, nothing changes."""
     if sys.stdout.isatty():
         return

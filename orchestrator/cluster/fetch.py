@@ -2,8 +2,8 @@
 
 A hub id is downloaded (config, tokenizer, weights) into the Hugging Face cache (`$HF_HOME`, on a filesystem the
 nodes read) or into a directory of its own (`into`), where `comedy-model.json` records which hub model it holds
-(record/weights.py: the directory and the hub id are one model for a cell's identity). The project's own models
-(`tiny`, `smollm2-135m-instruct`) are built into the project's cache (trainer/model_source.py); a local directory is
+(record/identity/weights.py: the directory and the hub id are one model for a cell's identity). The project's own models
+(`tiny`, `smollm2-135m-instruct`) are built into the project's cache (trainer/model/source.py); a local directory is
 checked. Each model is one `Fetched` line; a gated model says how to get access. Submission then checks the same
 files (orchestrator/cluster/paths.py) and jobs run with HF_HUB_OFFLINE=1.
 
@@ -32,7 +32,7 @@ from huggingface_hub.errors import (
 )
 
 from orchestrator.cluster.paths import NAMED_MODELS, hub_snapshot, missing_parts
-from record.weights import write_record
+from record.identity.weights import write_record
 
 # What a job reads of a hub model: its config, tokenizer and generation files, and the weights (safetensors only:
 # the .bin/.pth copies some repositories also carry would double the download).
@@ -58,7 +58,7 @@ def fetch_models(names: list[str], into: Path | None = None, say: Callable[[str]
 def fetch_model(name: str, into: Path | None, say: Callable[[str], None],
                 progress: Progress | None = None) -> Fetched:
     if name in NAMED_MODELS:
-        from trainer.model_source import resolve  # noqa: PLC0415 - torch/transformers: only for the project's own
+        from trainer.model.source import resolve  # noqa: PLC0415 - torch/transformers: only for the project's own
 
         path = resolve(name, progress=say)
         return Fetched(name, path, "built in the project's cache (set COMEDY_CACHE to a filesystem the nodes read)")

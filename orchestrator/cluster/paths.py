@@ -13,7 +13,8 @@ carried with the sweep (`carry`): copied once per content into `<sweep_dir>/data
 so renaming, pruning or switching the checkout never reaches a queued job. Files elsewhere (a shared $COMEDY_DATA)
 are read where they are.
 
-None of these enters the training identity (record/fields.py: machinery; the model by its weights, record/weights.py),
+None of these enters the training identity (record/identity/fields.py: machinery; the model by its weights,
+record/identity/weights.py),
 so moving the data or fetching the model into a directory changes no run_key. The evaluation's data directory
 travels in the job's prologue (COMEDY_DATA, orchestrator/cluster/site.py).
 """
@@ -28,11 +29,11 @@ import shutil
 from pathlib import Path
 
 from eval import taskfiles
-from trainer.config import TINY_MODEL, RunConfig
-from trainer.data import DEFAULT_FILES, GENERATED, data_dir
+from trainer.config.run import TINY_MODEL, RunConfig
+from trainer.tasks.data import DEFAULT_FILES, GENERATED, data_dir
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout this code runs from
-NAMED_MODELS = (TINY_MODEL, "smollm2-135m-instruct")  # built in the project's cache (trainer/model_source.py)
+NAMED_MODELS = (TINY_MODEL, "smollm2-135m-instruct")  # built in the project's cache (trainer/model/source.py)
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth")
 TOKENIZER = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
 

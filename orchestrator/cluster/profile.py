@@ -18,7 +18,7 @@ from orchestrator.cluster.vllm_share import KEY as SHARE_KEY
 from orchestrator.cluster.vllm_share import ShareRule, parse_rules
 from record.errors import ConfigError, raise_if
 from record.plain import build
-from trainer.config import RunConfig
+from trainer.config.run import RunConfig
 
 PROFILES = Path(__file__).resolve().parents[2] / "slurm" / "profiles"
 CPU_PARAMS_B = 2.0  # a model larger than this (billions of parameters) needs a profile with GPUs
@@ -109,7 +109,7 @@ class SlurmProfile:
     signal_delay_s: int = 90
     # Where this cluster's jobs log (`orchestrate tracking status` prints it); a sweep's tracking.tracking_uri wins.
     tracking_uri: str | None = None
-    # Memory of one GPU of this cluster: what the memory plan (trainer/memory_plan.py) checks a cell against in
+    # Memory of one GPU of this cluster: what the memory plan (trainer/analysis/memory_plan.py) checks a cell against in
     # `orchestrate validate` and the dry run; null: not checked.
     gpu_mem_gb: float | None = None
     checkpoint_retention: str = "all"  # RETENTION

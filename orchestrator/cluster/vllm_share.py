@@ -8,11 +8,11 @@ matched against `model.name_or_path` as the sweep writes it) or a size bound (`m
 bound that holds the model.
 
 Precedence, resolved into each cell's config when the sweep is expanded (orchestrator/sweep/expand.py), so the dry
-run, the memory plan (trainer/memory_plan.py) and the job all see one value:
+run, the memory plan (trainer/analysis/memory_plan.py) and the job all see one value:
     1. a value the sweep sets explicitly (its file, a config group it composes, a command-line override);
     2. else the profile's entry for the cell's model;
-    3. else RolloutConfig's default (trainer/config.py).
-The field is machinery (record/fields.py): where the value comes from never changes a cell's run_key.
+    3. else RolloutConfig's default (trainer/config/run.py).
+The field is machinery (record/identity/fields.py): where the value comes from never changes a cell's run_key.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.config import RolloutConfig, RunConfig
+from trainer.config.run import RolloutConfig, RunConfig
 
 KEY = "rollout_gpu_memory_utilization"  # the profile's key
 FIELD = "gpu_memory_utilization"        # RolloutConfig's field

@@ -14,12 +14,12 @@ from orchestrator.report import baselines as base_models
 from orchestrator.status.baselines import baseline_rows, current_baselines
 from orchestrator.status.cells import cell_rows, current_records, run_config
 from orchestrator.sweep.locate import sweep_dir_of
-from record.identity import cell_name
-from record.run_names import read_manifest
+from record.identity.run_key import cell_name
 from record.rundir import RunDir, read_json
-from record.tracker import read_run_file
-from record.tracker_sweep import metric_histories
-from record.tracker_ui import shown_uri
+from record.tracking.run_names import read_manifest
+from record.tracking.sweep import metric_histories
+from record.tracking.tracker import read_run_file
+from record.tracking.ui import shown_uri
 
 EXAMPLES = """examples:
   orchestrate report runs/onpolicy

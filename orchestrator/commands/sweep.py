@@ -43,7 +43,7 @@ from orchestrator.tracking.check import check_stores, sqlite_written_by_jobs
 from orchestrator.watch.follow import follow
 from orchestrator.watch.job import DEFAULT_POLL_S, Starter
 from record.errors import UserError, raise_if
-from record.identity import format_value
+from record.identity.run_key import format_value
 
 EXAMPLES = """examples:
   orchestrate sweep --dry-run sweeps/onpolicy.yaml
@@ -236,7 +236,7 @@ def ensure_models(sweep: Sweep, out: Console) -> None:
     """Build the tiny model here, with a progress bar, when a cell trains it and it is missing: otherwise the first
     job builds it (about 3 minutes) and the terminal shows nothing until the job's log does."""
     # torch: only when the tiny model must be looked up or built, never for `orchestrate sweep --help`
-    from trainer.tiny_model import TinyModelConfig, cache_root, ensure_tiny_model  # noqa: PLC0415
+    from trainer.model.tiny_model import TinyModelConfig, cache_root, ensure_tiny_model  # noqa: PLC0415
 
     if not any(c.config.model.is_tiny for c in sweep.cells):
         return
@@ -290,7 +290,7 @@ def print_plan(console: Console, sweep: Sweep, plan: Plan, rows: int, data_dir: 
     for before, kind, after in plan.edges():
         console.print(f"  {before} ({sizes[before]} tasks) --{kind}--> {after} ({sizes[after]} tasks)")
     console.print("counts: " + ", ".join(f"{k} {v}" for k, v in plan.counts().items()))
-    for line in plan_report(sweep)[0]:  # estimated memory per job (trainer/memory_plan.py)
+    for line in plan_report(sweep)[0]:  # estimated memory per job (trainer/analysis/memory_plan.py)
         console.print(line, soft_wrap=True)
     printed: dict[str, str] = {}  # a script with its name and dependency masked -> the array whose script it is
     alike: list[str] = []  # a 10,000-cell sweep has 10 chunks of MaxArraySize: one script of each kind is enough

@@ -65,7 +65,7 @@ def register(sub) -> None:
 
 
 def _configs(text: str) -> tuple[str, ...]:
-    from trainer.toy_study import EXTRA_CONFIGS, PAPER_CONFIGS, kl_config  # noqa: PLC0415 (torch)
+    from trainer.analysis.toy_study import EXTRA_CONFIGS, PAPER_CONFIGS, kl_config  # noqa: PLC0415 (torch)
 
     if text == "paper":
         return PAPER_CONFIGS
@@ -85,7 +85,7 @@ def _configs(text: str) -> tuple[str, ...]:
 
 def run(args) -> int:
     from orchestrator.report.synthetic import plot_figure1, table  # noqa: PLC0415 (torch, matplotlib)
-    from trainer.toy_study import run_study, to_json  # noqa: PLC0415 (torch)
+    from trainer.analysis.toy_study import run_study, to_json  # noqa: PLC0415 (torch)
 
     problems = []
     if args.trials < 2:

@@ -15,7 +15,7 @@ from orchestrator.sweep.locate import sweep_dir_of
 from orchestrator.tracking.flush import flush
 from orchestrator.tracking.server import down, status, up
 from record.errors import UserError
-from record.tracker_import import import_store, source_uri
+from record.tracking.store_import import import_store, source_uri
 
 EXAMPLES = """examples:
   orchestrate tracking up --data-dir /srv/mlflow --artifacts /shared/mlflow-artifacts

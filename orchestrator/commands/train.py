@@ -8,9 +8,9 @@ from pathlib import Path
 import yaml
 
 from record.errors import ConfigError, UserError
-from record.identity import run_key
+from record.identity.run_key import run_key
 from record.rundir import RunDir, atomic_write
-from trainer.config import RunConfig
+from trainer.config.run import RunConfig
 
 EXAMPLE = """examples:
   orchestrate train runs/smoke/3f2a9c1b7d20/config.yaml
@@ -77,7 +77,7 @@ def write_run_config(cfg, key: str, run_dir: Path) -> None:
         if existing != key:
             raise UserError(f"{run_dir} holds another run (its config.yaml is run_key {existing}, this config is "
                             f"{key}); give another --run-dir, or train from {path} to resume that run")
-        # The same training; what evaluates or machinery may have changed (record/fields.py): the new settings,
+        # The same training; what evaluates or machinery may have changed (record/identity/fields.py): the new settings,
         # the tracking of the run as it started.
         data = {**cfg.to_dict(), "tracking": old.get("tracking", {})}
         if data != old:

@@ -21,14 +21,14 @@ EXAMPLES = """examples:
 
 Overrides use Hydra's syntax: key=value sets a value on every cell, group=option picks a config group
 (model=tiny), key=a,b (or range(), choice()) sweeps it; a key the sweep already varies is replaced.
-Each model's memory plan (trainer/memory_plan.py) is printed: the training job's peak per GPU, the evaluation
+Each model's memory plan (trainer/analysis/memory_plan.py) is printed: the training job's peak per GPU, the evaluation
 job's host and GPU memory; a plan over the profile's gpu_mem_gb or eval mem_gb is refused with the knob to turn.
 Then each distinct objective of the sweep (KL settings, algorithm, on/off-policy) on the toy model of section 3.3,
 through the trainer's own loss: its exact expected gradient, squared bias against the sequence-level reverse-KL
 gradient and the token-level one, its sampled variance and a verdict (docs/trainer.md "The bias table"); --no-bias
 skips it (it imports torch: a few seconds). With it, an axis of the objective whose values give one gradient
-wherever it varies (trainer/fingerprint.py: beta when both beta_reward and beta_loss are set, ...) is named as a
-warning: cells that differ only there are one experiment.
+wherever it varies (trainer/objective/fingerprint.py: beta when both beta_reward and beta_loss are set, ...) is
+named as a warning: cells that differ only there are one experiment.
 Exit status: 0 valid, 2 invalid (every problem listed with its key path, bad value and valid choices)."""
 
 
@@ -62,8 +62,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_bias_table(out, sweep) -> None:
-    """Each distinct objective's gradient on the toy model (trainer/bias_table.py), with how many cells share it."""
-    from trainer import bias_table  # noqa: PLC0415 (torch: status and a --no-bias validate stay light)
+    """Each distinct objective's gradient on the toy model (trainer/analysis/bias_table.py), with how many cells
+    share it."""
+    from trainer.analysis import bias_table  # noqa: PLC0415 (torch: status and a --no-bias validate stay light)
 
     counts = Counter(bias_table.objective_of_run(cell.config) for cell in sweep.cells)
     T, rows = bias_table.table(list(counts))

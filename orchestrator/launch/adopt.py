@@ -18,9 +18,9 @@ import yaml
 from orchestrator.launch.ledger import IDENTITY
 from orchestrator.sweep.expand import Sweep
 from record.errors import ConfigError
-from record.identity import eval_id, run_key
+from record.identity.run_key import eval_id, run_key
 from record.rundir import RunDir
-from trainer.config import RunConfig
+from trainer.config.run import RunConfig
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from orchestrator.launch.plan import Plan
 from orchestrator.sweep.expand import Sweep
-from trainer.model_shapes import shape_of
+from trainer.analysis.model_shapes import shape_of
 
 # A ZeRO-3 checkpoint of a bf16 run: the bf16 weights (2 bytes a parameter), the fp32 master copy (4) and Adam's two
 # moments (4 + 4), over every rank's shards: 14 bytes a parameter (7.6B parameters: about 107 GB). An fp32 run keeps
-# no separate master copy: 4 + 8. The final export for the evaluation is in the training dtype (trainer/export.py).
+# no separate master copy: 4 + 8. The final export for the evaluation is in the training dtype (trainer/run/export.py).
 CHECKPOINT_BYTES_PER_PARAM = {"bf16": 14, "fp32": 12, "auto": 14}
 EXPORT_BYTES_PER_PARAM = {"bf16": 2, "fp32": 4, "auto": 2}
 
@@ -43,7 +43,7 @@ def params_of(config) -> int | None:
 
 
 def checkpoints_at_peak(keep_last: int) -> int:
-    """trainer/checkpoint.py prunes before it saves: keep_last at the peak, and two with keep_last 1 (one complete
+    """trainer/run/checkpoint.py prunes before it saves: keep_last at the peak, and two with keep_last 1 (one complete
     checkpoint always stays while the next is written)."""
     return max(keep_last, 2)
 

@@ -1,14 +1,14 @@
 """A relaunch after a change of code that alters a gradient (issue 24): which trained cells were computed under
 another gradient than this code gives their settings, and what `--rerun-changed` does with them.
 
-A cell's identity is what its settings compute (record/identity.py), not the code: a relaunch after an edit of the
-loss keeps its finished cells as done, so one sweep could hold two objectives under one name. Each training records
-the gradient its own loss path gave on a fixed probe (trainer/fingerprint.py, in objective.json); here the code of
-this checkout computes the same for each distinct objective of the sweep (milliseconds each, float64 on the CPU)
+A cell's identity is what its settings compute (record/identity/run_key.py), not the code: a relaunch after an edit of
+the loss keeps its finished cells as done, so one sweep could hold two objectives under one name. Each training records
+the gradient its own loss path gave on a fixed probe (trainer/objective/fingerprint.py, in objective.json); here the
+code of this checkout computes the same for each distinct objective of the sweep (milliseconds each, float64 on the CPU)
 and the two are compared. A refactor that leaves every gradient alone changes no fingerprint, so it flags nothing.
 
 `supersede` moves a flagged cell's outputs aside (`<run_dir>/superseded/<fingerprint>/`) and retires its MLflow run
-(record/tracker_retire.py) so that training it again starts clean, under the same run_key.
+(record/tracking/retire.py) so that training it again starts clean, under the same run_key.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from orchestrator.launch.ledger import latest
 from orchestrator.sweep.expand import Sweep
 from record.rundir import RunDir, read_json
-from record.tracker_retire import retire_run
+from record.tracking.retire import retire_run
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def changed_cells(sweep: Sweep, records: dict[str, dict]) -> list[Changed]:
             trained[cell.run_key] = (cell, objective)
     if not trained:
         return []
-    from trainer.fingerprint import VERSION, fingerprint  # noqa: PLC0415 (torch: only when trained cells are there)
+    from trainer.objective.fingerprint import VERSION, fingerprint  # noqa: PLC0415 (torch: only when trained cells are there)
 
     expected: dict[tuple, str] = {}
     out = []
@@ -71,7 +71,7 @@ def said(changed: list[Changed], rerun: bool) -> list[str]:
     if not changed:
         return []
     head = (f"{len(changed)} trained cell(s) were computed under another gradient than this code gives their "
-            f"settings (trainer/fingerprint.py); one sweep would hold two objectives under one name:")
+            f"settings (trainer/objective/fingerprint.py); one sweep would hold two objectives under one name:")
     tail = ("--rerun-changed: each is trained again from step 0, its outputs moved to <run_dir>/superseded/ and "
             "its MLflow run kept, retagged" if rerun else
             "they are kept as they are; `--rerun-changed` trains exactly these again under this code")

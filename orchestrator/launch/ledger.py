@@ -27,7 +27,7 @@ A record:
                "stdout": path, "stderr": path}, ...],
      "final": null | {"status": "completed" | "gave_up" | "cancelled" | "collapsed" | "out_of_memory",
                       "reason": "...", "at": t},
-     "identity": 2, "eval_id": "<record/identity.py eval_id>",  (an eval attempt carries the eval_id it ran)
+     "identity": 2, "eval_id": "<record/identity/run_key.py eval_id>",  (an eval attempt carries the eval_id it ran)
      "objective": {"fingerprint": "<12 hex>", "code": "<snapshot>"},  (written when the cell is made final)
      "decisions": [{"at": t, "action": "submit" | "resubmit" | "give_up" | ..., "reason": "..."}, ...]}
 
@@ -51,7 +51,7 @@ from record.errors import UserError
 from record.rundir import atomic_write
 
 VERSION = 1
-# Records written since run_key hashes only what training computes (record/fields.py) say so; older ones are
+# Records written since run_key hashes only what training computes (record/identity/fields.py) say so; older ones are
 # recognised by orchestrator/launch/adopt.py.
 IDENTITY = 2
 KINDS = ("train", "eval")

@@ -28,10 +28,10 @@ from orchestrator.sweep.baselines import identity
 from orchestrator.sweep.expand import Sweep
 from record.config_table import pack, unpack
 from record.errors import ConfigError, UserError
-from record.identity import run_key
-from record.run_names import sweep_params
+from record.identity.run_key import run_key
 from record.rundir import RunDir, atomic_write, config_tables_dir, config_text, read_config_tables, write_config_table
-from trainer.config import RunConfig
+from record.tracking.run_names import sweep_params
+from trainer.config.run import RunConfig
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Materialised:
     written: int  # new run dirs
     unchanged: int  # run dirs already there with this exact config
     kept: int  # run dirs already there whose config differs only in where it logs (tracking)
-    updated: int = 0  # run dirs whose evaluation or machinery settings changed (record/fields.py): rewritten
+    updated: int = 0  # run dirs whose evaluation or machinery settings changed (record/identity/fields.py): rewritten
 
 
 def materialise(sweep: Sweep, plan: Plan, root: str | Path | None = None) -> Materialised:
@@ -194,7 +194,7 @@ def manifest(sweep: Sweep, plan: Plan, git: dict, datas: list[dict] | None = Non
         "duplicates_dropped": sweep.duplicates,
         "baselines": [b.description() for b in sweep.baselines],
         "plan": plan.to_dict(),
-        # What the sweep's parent MLflow run carries as params (record/run_names.py `sweep_params`).
+        # What the sweep's parent MLflow run carries as params (record/tracking/run_names.py `sweep_params`).
         "parent_params": sweep_params(sweep.name, sweep.spec.seeds, _distinct_sections(datas), len(datas)),
         "git": git,
         "orchestrator_version": orchestrator_version(),

@@ -21,7 +21,7 @@ from orchestrator.launch.plan import launch_plan, triage
 from orchestrator.launch.probed import PROBE_TAG
 from orchestrator.launch.reconcile import refresh, settle_intents
 from orchestrator.sweep.expand import Sweep
-from record.identity import eval_id
+from record.identity.run_key import eval_id
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from orchestrator.cluster.entry import is_rank0, write_json
 from orchestrator.cluster.paths import NAMED_MODELS, hub_snapshot, missing_parts
-from record.tracker_probe import write_and_read
+from record.tracking.probe import write_and_read
 
 # What a cell's jobs import: training (torch, DeepSpeed, transformers), evaluation (vLLM, lm-eval), tracking.
 IMPORTS = ("torch", "deepspeed", "vllm", "lm_eval", "transformers", "mlflow")
@@ -91,7 +91,7 @@ def model_check(name: str) -> dict:
     label = f"model {name}"
     if name in NAMED_MODELS:
         return check(label, True, "built by the job from the project's own source where missing "
-                     "(trainer/model_source.py)")
+                     "(trainer/model/source.py)")
     path = Path(name)
     if path.suffix == ".gguf":
         return check(label, path.is_file(), "the GGUF file is there" if path.is_file() else "no such file",

@@ -18,7 +18,7 @@ from orchestrator.preflight.probes import plan_probes, report_rows, submit_probe
 from orchestrator.preflight.testonly import Row, rows
 from orchestrator.preflight.wait import wait
 from orchestrator.sweep.expand import Sweep
-from record.tracker_store import ensure_store
+from record.tracking.store import ensure_store
 
 PROBE_TIMEOUT_S = 600.0  # how long preflight waits for a probe to start and end, queue included
 

@@ -1,6 +1,6 @@
 """The report's bias table: each distinct objective among a sweep's cells on the toy model of section 3.3
-(trainer/bias_table.py), as report blocks and as a Markdown file of its own. Pure but for torch, imported when the
-table is made; orchestrator/commands/report.py reads the cells' configs and writes the files.
+(trainer/analysis/bias_table.py), as report blocks and as a Markdown file of its own. Pure but for torch, imported when
+the table is made; orchestrator/commands/report.py reads the cells' configs and writes the files.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from record.errors import ConfigError
-from trainer.config_objective import AlgorithmConfig, KLConfig
+from trainer.config.objective import AlgorithmConfig, KLConfig
 
 TITLE = "Each objective's gradient on the toy model"
 OFF_POLICY = ("optim.minibatch_prompts", "optim.batch_prompts", "rollout.async_level")  # off-policy when set so
@@ -18,7 +18,7 @@ OFF_POLICY = ("optim.minibatch_prompts", "optim.batch_prompts", "rollout.async_l
 def objective_of(flat: Mapping):
     """A cell's objective from its config.yaml as dotted keys (orchestrator/status/cells.py `run_config`), or None
     when the file lacks or no longer fits the settings (a config written by older code)."""
-    from trainer.bias_table import objective  # noqa: PLC0415 (torch: only when the table is made)
+    from trainer.analysis.bias_table import objective  # noqa: PLC0415 (torch: only when the table is made)
 
     def section(name: str) -> dict:
         return {k[len(name) + 1:]: v for k, v in flat.items() if k.startswith(f"{name}.")}
@@ -38,9 +38,9 @@ def _reads(flat: Mapping) -> str:
 
 
 def table(configs: Mapping[str, Mapping]) -> dict:
-    """{"T", "rows": [cells as trainer/bias_table.py HEADER with the count first], "caption", "skipped": cells whose
-    config could not be read}. T None: no cells, or a group too large to enumerate."""
-    from trainer import bias_table  # noqa: PLC0415 (torch)
+    """{"T", "rows": [cells as trainer/analysis/bias_table.py HEADER with the count first], "caption", "skipped": cells
+    whose config could not be read}. T None: no cells, or a group too large to enumerate."""
+    from trainer.analysis import bias_table  # noqa: PLC0415 (torch)
 
     objectives, made = {}, {}
     for key, flat in configs.items():  # cells alike in what objective_of reads share one: a few among 10,000

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 from orchestrator.report import missing
 from orchestrator.status import outcomes
-from record.identity import cell_name, format_value
+from record.identity.run_key import cell_name, format_value
 
 # The curves of Figures 2-4 (the paper plots held-out pass@1; KL, reward and length say why it moved).
 CURVES = {"train/kl_k1": "KL (k1, nats/sequence)", "train/reward_mean": "training reward",
@@ -223,13 +223,14 @@ def document(sweep: str, rows: Sequence[Mapping], kls: Mapping[str, Mapping], ga
     if splits:
         blocks += [("h", 2, "Configurations trained under different gradients"),
                    ("p", "These cells share their settings but were trained by code whose loss gives another gradient "
-                         "on the fingerprint's probe (trainer/fingerprint.py): their seeds are not one experiment. "
-                         "`orchestrate sweep ... --rerun-changed` trains the old ones again under this code."),
+                         "on the fingerprint's probe (trainer/objective/fingerprint.py): their seeds are not one "
+                         "experiment. `orchestrate sweep ... --rerun-changed` trains the old ones again under this "
+                         "code."),
                    ("table", ("configuration", "gradient", "cells", "code"),
                     [(s["config"], h, ", ".join(e["cells"]), ", ".join(e["code"]))
                      for s in splits for h, e in s["fingerprints"].items()])]
     blocks += [("h", 2, "Behaviour (Table 1)"),
-               ("p", "The collapse verdicts (trainer/collapse.py) of each configuration's seeds, worst first, with "
+               ("p", "The collapse verdicts (trainer/run/collapse.py) of each configuration's seeds, worst first, with "
                      "the step where each first held; beside them what the paper's Table 1 and section 4.1 "
                      "report for that estimator and placement."),
                ("table", ("configuration", "KL", "beta", "behaviour here", "why", "paper: gradient",

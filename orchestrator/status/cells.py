@@ -15,7 +15,7 @@ from orchestrator.launch.ledger import Ledger, apply_slurm_states
 from orchestrator.status import outcomes
 from record.errors import UserError
 from record.rundir import RunDir, read_json
-from record.tracker_buffer import OfflineBuffer
+from record.tracking.buffer import OfflineBuffer
 
 
 def current_records(sweep_dir: Path) -> dict[str, dict]:
@@ -83,7 +83,7 @@ def run_dir_facts(run_dir: Path, exists: bool | None = None) -> dict:
 
 
 def undelivered(run_dir: Path) -> int:
-    """Events the cell's jobs buffered (record/tracker_buffer.py: the store did not answer) that no replay has
+    """Events the cell's jobs buffered (record/tracking/buffer.py: the store did not answer) that no replay has
     delivered yet; 0 without a buffer (one stat). `orchestrate tracking flush` delivers them."""
     run = RunDir(run_dir)
     try:

@@ -3,10 +3,10 @@ each run directory (status.py does the reading and the printing).
 
 The contract with the writers (tested across the seam in tests/integration/test_status_seam.py):
 - `<run_dir>/eval_result.json` (orchestrator/cluster/entry.py `run_eval`) is `{"result": <eval.run.evaluate()'s
-  summary>}`; the metrics sit under `result["tasks"][<task>]["metrics"]`, keyed as record/keys.py `eval_metric_keys`
-  names them (`eval/<task>/mean_at_<k>`, ...). The probe evaluation (orchestrator/jobs.py) puts `eval/...` keys
-  at the top of `result`; both are read.
-- `<run_dir>/verdict.json` (trainer/collapse.py `write_verdict`) is `{"verdict", "step", "reason", "findings"}`.
+  summary>}`; the metrics sit under `result["tasks"][<task>]["metrics"]`, keyed as record/metric_keys.py
+  `eval_metric_keys` names them (`eval/<task>/mean_at_<k>`, ...). The probe evaluation (orchestrator/jobs.py) puts
+  `eval/...` keys at the top of `result`; both are read.
+- `<run_dir>/verdict.json` (trainer/run/collapse.py `write_verdict`) is `{"verdict", "step", "reason", "findings"}`.
 
 A configuration is a cell's axes without its seed; its summary gives each metric's mean and spread over the
 seeds that have it (sd: the sample standard deviation, n - 1; also min and max) and the seeds counted by verdict.
@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Mapping
 
 from orchestrator.launch.ledger import attempts, cell_status, latest
-from record.identity import cell_name, format_value
+from record.identity.run_key import cell_name, format_value
 
 MEAN_AT_K = re.compile(r"eval/(?P<task>[^/]+)/mean_at_(?P<k>\d+)")
 REWARD = "train/reward_mean"  # the final reward of the summary: the last value the run directory holds
@@ -85,7 +85,8 @@ def evaluation_settings(rows: list[dict]) -> list[tuple[str, int]]:
 
 def objective_fields(objective) -> dict:
     """`objective.json` (trainer/train.py `objective_manifest`) as the row's fingerprint (the hash of the gradient
-    its code computed, trainer/fingerprint.py) and the code that computed it; None where it has not trained."""
+    its code computed, trainer/objective/fingerprint.py) and the code that computed it; None where it has not
+    trained."""
     if not isinstance(objective, Mapping) or not isinstance(objective.get("fingerprint"), Mapping):
         return {"fingerprint": None, "code": None}
     return {"fingerprint": objective["fingerprint"].get("hash"), "code": objective.get("code")}

@@ -24,8 +24,8 @@ from typing import Any
 
 from orchestrator.sweep.config_tree import edit, has_interpolation
 from record.errors import ConfigError
-from record.identity import canonical_json, format_value
-from trainer.config import RunConfig
+from record.identity.run_key import canonical_json, format_value
+from trainer.config.run import RunConfig
 
 HASH_HEX = 8
 

@@ -37,8 +37,8 @@ from orchestrator.sweep.config_tree import (
 )
 from orchestrator.sweep.spec import Axis, SweepSpec, parse_override_values
 from record.errors import ConfigError
-from record.identity import cell_name, format_value, run_key
-from trainer.config import RunConfig
+from record.identity.run_key import cell_name, format_value, run_key
+from trainer.config.run import RunConfig
 
 SHOWN_CELLS = 3  # a problem shared by more cells names the first few and counts the rest
 

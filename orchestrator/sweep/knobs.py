@@ -2,8 +2,8 @@
 
 Two cells that differ only in such a value run one experiment twice (or a grid that looks wider than it is): beta
 under `placement: none`, an estimator under a placement that never reads it, a clamp that never binds. Whether the
-gradient changes is decided by the trainer's own loss path on a fixed probe (trainer/fingerprint.py), so only axes
-of the objective (`kl.*`, `algorithm.*`) are judged here, less the thresholds (UNJUDGED); the rest of a cell (the
+gradient changes is decided by the trainer's own loss path on a fixed probe (trainer/objective/fingerprint.py), so only
+axes of the objective (`kl.*`, `algorithm.*`) are judged here, less the thresholds (UNJUDGED); the rest of a cell (the
 model, the optimiser, the data) is outside what the fingerprint sees.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.sweep.expand import Sweep
-from record.identity import format_value
+from record.identity.run_key import format_value
 
 JUDGED = ("kl.", "algorithm.")
 # Thresholds whose effect depends on the magnitudes a run meets (log-ratios, importance ratios, reward spreads): the
@@ -32,12 +32,12 @@ class DeadKnob:
         where = "wherever it varies" if self.dead_in == self.groups else \
             f"in {self.dead_in} of the {self.groups} groups of cells where it varies"
         return (f"{self.axis}: the values {', '.join(self.values)} give one gradient {where} ({self.cells} cells; "
-                f"trainer/fingerprint.py): cells that differ only there are one experiment")
+                f"trainer/objective/fingerprint.py): cells that differ only there are one experiment")
 
 
 def dead_knobs(sweep: Sweep) -> list[DeadKnob]:
     """Each judged axis whose values give the same fingerprint in at least one group of otherwise-equal cells."""
-    from trainer.fingerprint import fingerprint  # noqa: PLC0415 (torch: only validate asks)
+    from trainer.objective.fingerprint import fingerprint  # noqa: PLC0415 (torch: only validate asks)
 
     axes = [k for k in sweep.spec.axis_keys() if k.startswith(JUDGED) and k not in UNJUDGED]
     if not axes:

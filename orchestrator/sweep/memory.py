@@ -1,5 +1,5 @@
 """The memory plans of a sweep: per distinct model and memory setting of its cells, the training job's estimated
-peak per GPU and the evaluation job's host and GPU memory (trainer/memory_plan.py), against the profile's
+peak per GPU and the evaluation job's host and GPU memory (trainer/analysis/memory_plan.py), against the profile's
 `gpu_mem_gb` and eval `mem_gb`. `orchestrate validate` and the sweep's dry run print them; validate and a
 submission refuse a plan that does not fit, naming the knob to turn. Beside them, the evaluation's time: its
 largest task, whose samples at the token cap must fit the eval job's time limit (one lm-eval call per task: a
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from eval import local_data, taskfiles
 from orchestrator.cluster.vllm_share import source
-from trainer.memory_plan import EvalPlan, MemoryPlan, eval_plan, plan
+from trainer.analysis.memory_plan import EvalPlan, MemoryPlan, eval_plan, plan
 
 EVAL_DECODE_STEP_S = 0.03  # one decode step of a full batch, 4-8B model, one A100: an estimate (the docstring)
 VLLM_MAX_SEQS = 256        # vLLM's default max_num_seqs

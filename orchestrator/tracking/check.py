@@ -1,7 +1,7 @@
 """Before a sweep submits anything: can its jobs' tracking stores be reached? (Plain HTTP; mlflow only to give a
-fresh SQLite store its schema, through record/tracker.py.)
+fresh SQLite store its schema, through record/tracking/tracker.py.)
 
-A job whose server is down does not fail (it buffers, record/tracker_buffer.py), so a wrong URI would
+A job whose server is down does not fail (it buffers, record/tracking/buffer.py), so a wrong URI would
 only show hours later as runs missing from the UI. Checking at submission costs one request per store.
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from record.errors import UserError
-from record.tracker import default_tracking_uri
-from record.tracker_store import ensure_store
+from record.tracking.store import ensure_store
+from record.tracking.tracker import default_tracking_uri
 
 FIX = ("start the server (`orchestrate tracking up --data-dir DIR`; `orchestrate tracking status` prints its URI) "
        "or fix the URI: tracking.tracking_uri in the sweep, tracking_uri in the Slurm profile, or MLFLOW_TRACKING_URI")

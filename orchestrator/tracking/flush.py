@@ -1,10 +1,10 @@
 """What a sweep's jobs could not deliver to their tracking store (issue 31, item 3): each cell's undelivered events
-(buffered in its run directory, record/tracker_buffer.py, by a job that could not reach the store) counted, and
+(buffered in its run directory, record/tracking/buffer.py, by a job that could not reach the store) counted, and
 delivered from the login node by `orchestrate tracking flush SWEEP`.
 
-Delivery is the tracker's own replay (record/tracker.py `open_run`): in order, each metric point once, whatever an
-earlier replay cut short already sent. A cell whose job is live is left alone: the buffer has one writer, its job,
-which delivers it itself (record/tracker_buffer.py).
+Delivery is the tracker's own replay (record/tracking/tracker.py `open_run`): in order, each metric point once, whatever
+an earlier replay cut short already sent. A cell whose job is live is left alone: the buffer has one writer, its job,
+which delivers it itself (record/tracking/buffer.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 from orchestrator.launch.ledger import KINDS, LIVE, latest
 from orchestrator.status.cells import undelivered
 from record.rundir import RunDir
-from record.tracker import MlflowTracker, default_tracking_uri
-from record.tracker_keys import CLOSE_STATUSES
+from record.tracking.key_rules import CLOSE_STATUSES
+from record.tracking.tracker import MlflowTracker, default_tracking_uri
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The sweep in MLflow, from the login node: the parent run's summary and close once the sweep settles, the links
 that open the sweep in the UI, and the metric histories `orchestrate report` draws. The jobs write through
-`MlflowTracker` (record/tracker.py) and name their runs with record/run_names.py; this reads or finishes what they
-left, found through the `mlflow_run.json` of each cell's run directory.
+`MlflowTracker` (record/tracking/tracker.py) and name their runs with record/tracking/run_names.py; this reads or
+finishes what they left, found through the `mlflow_run.json` of each cell's run directory.
 
 `python -m orchestrator.tracking.sweep_run [DIR]` prints the links of every sweep under DIR (default `runs`): what
 `make mlflow-ui` shows before it serves the default store.
@@ -16,10 +16,10 @@ from pathlib import Path
 from orchestrator.launch.ledger import Ledger
 from orchestrator.status import outcomes
 from orchestrator.status.cells import cell_rows
-from record.run_names import read_manifest, sweep_tags
-from record.tracker import read_run_file
-from record.tracker_sweep import close_sweep_parent
-from record.tracker_ui import compare_url, experiment_url, serve_command, view_key
+from record.tracking.run_names import read_manifest, sweep_tags
+from record.tracking.sweep import close_sweep_parent
+from record.tracking.tracker import read_run_file
+from record.tracking.ui import compare_url, experiment_url, serve_command, view_key
 
 
 def sweep_status(records: dict[str, dict]) -> str:

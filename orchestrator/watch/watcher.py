@@ -42,7 +42,7 @@ from orchestrator.launch.reconcile import refresh, settle_intents
 from orchestrator.status.outcomes import objective_fields
 from orchestrator.watch.retention import FINAL_EXPORT, keep_final_export
 from record.rundir import RunDir, read_json
-from trainer.collapse import read_verdict
+from trainer.run.collapse import read_verdict
 
 RETRYABLE = {"NODE_FAIL": "node failure", "PREEMPTED": "preempted", "BOOT_FAIL": "node failed to boot",
              "TIMEOUT": "time limit reached after the in-job requeues",
@@ -115,7 +115,7 @@ def _waiting_evals(record: dict) -> tuple[str, ...]:
 def _after_training(record: dict, now: float, max_retries: int, grace_s: float) -> Action | None:
     key, train, ev = record["run_key"], latest(record, "train"), latest(record, "eval")
     stale = ev is not None and ev.get("after") not in (None, train["job_id"])  # chained on an older training
-    # ... or another evaluation than the cell's now (a relaunch changed what evaluates: record/fields.py)
+    # ... or another evaluation than the cell's now (a relaunch changed what evaluates: record/identity/fields.py)
     stale = stale or (ev is not None and ev.get("eval_id", record.get("eval_id")) != record.get("eval_id"))
     if ev is None or ev["state"] == "LOST" or (stale and ev["state"] not in LIVE):
         return Action(key, "submit_eval", f"training {train['job_id']} completed; its evaluation is submitted",
@@ -215,7 +215,8 @@ class Watcher:
             except SlurmError as err:
                 note(record, "cancel_failed", f"scancel {' '.join(cancel)}: {err}", now)
         if action.do in ("give_up", "complete"):
-            # the gradient its training computed and the code that did (trainer/fingerprint.py), beside the verdict
+            # the gradient its training computed and the code that did (trainer/objective/fingerprint.py), beside the
+            # verdict
             record["objective"] = objective_fields(read_json(RunDir(record["run_dir"]).objective))
             finish(record, action.status, action.reason, now)
             if action.do == "complete" and action.status == "completed" and ledger is self.ledger:

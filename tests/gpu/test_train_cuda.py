@@ -27,8 +27,8 @@ pytestmark = [
 def shaped_model(directory, name: str = "qwen2.5-0.5b", layers: int = 2):
     """A model of `name`'s published widths at `layers` layers, with the tiny byte-level tokenizer (its vocabulary
     is the model's), saved as a checkpoint directory the trainer loads."""
-    from trainer.model_shapes import SHAPES, tiny_hf_model
-    from trainer.tiny_model import build_tokenizer
+    from trainer.analysis.model_shapes import SHAPES, tiny_hf_model
+    from trainer.model.tiny_model import build_tokenizer
 
     tokenizer = build_tokenizer()
     model = tiny_hf_model(SHAPES[name], layers=layers, vocab=len(tokenizer), seed=0)
@@ -39,9 +39,9 @@ def shaped_model(directory, name: str = "qwen2.5-0.5b", layers: int = 2):
 
 
 def test_a_zero3_bf16_cell_trains_on_the_gpu_with_hf_rollouts(tmp_path):
-    from record.identity import run_key
+    from record.identity.run_key import run_key
     from record.rundir import RunDir
-    from trainer.config import RunConfig
+    from trainer.config.run import RunConfig
     from trainer.train import RunContext, train
 
     path = shaped_model(tmp_path / "model")

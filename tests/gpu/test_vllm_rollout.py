@@ -24,8 +24,8 @@ pytestmark = [
 def engine_and_model():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer.rollout_vllm import VLLMEngine
-    from trainer.tiny_model import ensure_tiny_model
+    from trainer.model.tiny_model import ensure_tiny_model
+    from trainer.rollout.vllm_engine import VLLMEngine
 
     path = str(ensure_tiny_model())
     tok = AutoTokenizer.from_pretrained(path)
@@ -36,15 +36,15 @@ def engine_and_model():
 
 
 def _prompts(tok, n):
-    from trainer.data import prompt_text
-    from trainer.tiny_task import make_split
+    from trainer.tasks.data import prompt_text
+    from trainer.tasks.tiny import make_split
 
     return [tok(prompt_text(tok, ex, "tiny", True), add_special_tokens=False)["input_ids"]
             for ex in make_split("test", n)]
 
 
 def test_generate_is_group_major_and_seeded(engine_and_model):
-    from trainer.rollout import Sampling
+    from trainer.rollout.engine import Sampling
 
     engine, _, tok = engine_and_model
     prompts = _prompts(tok, 4)
@@ -55,7 +55,7 @@ def test_generate_is_group_major_and_seeded(engine_and_model):
 
 
 def test_weight_sync_changes_generations(engine_and_model):
-    from trainer.rollout import Sampling
+    from trainer.rollout.engine import Sampling
 
     engine, model, tok = engine_and_model
     prompts = _prompts(tok, 8)
@@ -69,7 +69,7 @@ def test_weight_sync_changes_generations(engine_and_model):
 
 
 def test_sleep_and_wake(engine_and_model):
-    from trainer.rollout import Sampling
+    from trainer.rollout.engine import Sampling
 
     engine, _, tok = engine_and_model
     engine.sleep()
@@ -82,7 +82,7 @@ def test_sleep_and_wake(engine_and_model):
 
 
 def test_rollout_throughput(engine_and_model):
-    from trainer.rollout import Sampling
+    from trainer.rollout.engine import Sampling
 
     engine, _, tok = engine_and_model
     prompts = _prompts(tok, 256)

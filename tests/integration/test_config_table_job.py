@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from orchestrator.launch.ledger import Ledger
-from record.identity import eval_id
+from record.identity.run_key import eval_id
 from record.rundir import RunDir, config_tables_dir, config_text
 from tests.support.probe_sweep import PROBE, orchestrate
 

@@ -15,7 +15,7 @@ import yaml
 
 from eval.run import evaluate
 from eval.target import EvalError
-from trainer.rewards import tiny_reward
+from trainer.tasks.rewards import tiny_reward
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ TEMPERATURE = 0.3
 
 @pytest.fixture(scope="module")
 def tiny_model() -> Path:
-    from trainer.tiny_model import ensure_tiny_model, fast_config
+    from trainer.model.tiny_model import ensure_tiny_model, fast_config
 
     torch.set_num_threads(2)
     return ensure_tiny_model(fast_config())  # cached under .cache/tiny-model after the first build
@@ -43,9 +43,9 @@ def client(uri: str):
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory, tiny_model):
     """A run directory as the trainer leaves it: config.yaml, a ZeRO-3 checkpoint, and its MLflow run."""
-    from record.identity import run_key
-    from record.tracker import MlflowTracker
-    from trainer.config import RunConfig
+    from record.identity.run_key import run_key
+    from record.tracking.tracker import MlflowTracker
+    from trainer.config.run import RunConfig
 
     root = tmp_path_factory.mktemp("eval-run")
     uri = f"sqlite:///{root / 'mlflow.db'}"
@@ -76,9 +76,10 @@ def relabel_to_greedy_answers(run_dir: Path, data_dir: Path) -> None:
     """data_dir/tiny_test.jsonl: test problems whose answer is what the trained model says greedily."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer.export import export_hf
-    from trainer.rewards import last_boxed
-    from trainer.tiny_task import make_split, write_jsonl
+    from trainer.run.export import export_hf
+    from trainer.tasks.common import write_jsonl
+    from trainer.tasks.rewards import last_boxed
+    from trainer.tasks.tiny import make_split
 
     model_dir = export_hf(run_dir)
     model, tokenizer = AutoModelForCausalLM.from_pretrained(model_dir), AutoTokenizer.from_pretrained(model_dir)
@@ -104,7 +105,7 @@ def evaluated(trained_run):
 def test_export_reproduces_the_trained_weights(trained_run, tiny_model):
     from transformers import AutoModelForCausalLM
 
-    from trainer.export import ExportError, export_hf
+    from trainer.run.export import ExportError, export_hf
 
     out = export_hf(trained_run["dir"])
     assert out == trained_run["dir"] / "export" / "step_000003"

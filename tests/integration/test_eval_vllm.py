@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.rewards import tiny_reward
+from trainer.tasks.rewards import tiny_reward
 
 pytestmark = [
     pytest.mark.slow,
@@ -48,7 +48,7 @@ def _evaluate(model: Path, out: Path, backend: str, seeds) -> dict:
 
 @pytest.fixture(scope="module")
 def model() -> Path:
-    from trainer.tiny_model import ensure_tiny_model
+    from trainer.model.tiny_model import ensure_tiny_model
 
     torch.set_num_threads(2)
     return ensure_tiny_model()  # cached under .cache/tiny-model after the first build

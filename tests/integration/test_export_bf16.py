@@ -27,8 +27,8 @@ MAX_ABS_NATS, MEAN_ABS_NATS = 0.05, 0.01
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
-    from trainer.config import RunConfig
-    from trainer.tiny_model import ensure_tiny_model, fast_config
+    from trainer.config.run import RunConfig
+    from trainer.model.tiny_model import ensure_tiny_model, fast_config
 
     tiny = ensure_tiny_model(fast_config())  # cached under .cache/tiny-model after the first build
     run = tmp_path_factory.mktemp("bf16-export") / "run"
@@ -44,7 +44,7 @@ def run_dir(tmp_path_factory) -> Path:
 def _scores(model_dir_or_state, probe: dict, dtype: torch.dtype, base: Path | None = None) -> torch.Tensor:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from trainer.policy import score_logprobs
+    from trainer.model.logprobs import score_logprobs
 
     if base is None:
         model = AutoModelForCausalLM.from_pretrained(model_dir_or_state, dtype=dtype)
@@ -97,7 +97,7 @@ def test_an_export_from_the_checkpoint_writes_the_same_bf16_tensors(run_dir, tmp
     tensor by tensor equal the engine's bf16 weights, which DeepSpeed derives from them the same way."""
     from safetensors.torch import load_file
 
-    from trainer.export import export_hf
+    from trainer.run.export import export_hf
 
     live = run_dir / "export" / f"step_{STEP:06d}"
     kept = tmp_path / "live"

@@ -26,7 +26,7 @@ from tests.support.fault_row import histories, measured
 from tests.support.fault_sweep import REAL, REAL_CELL, FaultSweep, job_environment
 from tests.support.slurm_queue import step_pids
 from tests.support.tracking_server import kill_mlflow, server_fixture
-from trainer.build_lock import STALE_ENV
+from trainer.model.build_lock import STALE_ENV
 
 # `reliability` on each row but the one CI runs (below): a module-wide mark would keep it out of plain pytest, and
 # the module-scoped fixtures are set up only for the rows selected.
@@ -252,7 +252,7 @@ def test_the_tracking_store_down_mid_run_loses_no_metric_and_logs_none_twice(cel
 @pytest.mark.reliability
 def test_a_job_killed_mid_build_leaves_a_lock_the_next_job_takes_over(cell, reference, tmp_path, monkeypatch):
     """The first job to load DeepSpeed's shm op builds it; killed mid-build it leaves the op's lock, on which torch
-    would have every later job wait for ever. The resubmitted job finds the lock stale (trainer/build_lock.py),
+    would have every later job wait for ever. The resubmitted job finds the lock stale (trainer/model/build_lock.py),
     takes it over, says so, builds the op and trains to the end."""
     started = time.monotonic()
     extensions = tmp_path / "torch_extensions"  # empty, so the row's first job builds; the project's cache untouched

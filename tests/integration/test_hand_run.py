@@ -16,8 +16,8 @@ pytestmark = pytest.mark.slow
 
 def test_train_then_eval_the_run_dir_and_its_checkpoint(tmp_path, capsys):
     from orchestrator.cli import main
-    from record.identity import run_key
-    from trainer.config import RunConfig
+    from record.identity.run_key import run_key
+    from trainer.config.run import RunConfig
 
     d = config_dict(tmp_path, CONFIGS["k3-loss"], checkpoint={"every": 2, "keep_last": 1},
                     eval={"tasks": ["tiny"], "k": 2, "max_tokens": 12})

@@ -1,5 +1,5 @@
-"""Machinery is not identity because it changes nothing trained (record/fields.py): two runs that differ only in
-machinery fields (where the checkpoints fall and how many are kept, vLLM's memory share) log the same training
+"""Machinery is not identity because it changes nothing trained (record/identity/fields.py): two runs that differ only
+in machinery fields (where the checkpoints fall and how many are kept, vLLM's memory share) log the same training
 metrics, value for value, with either rollout engine. Real processes (`orchestrate train`), real ZeRO-3, a real
 MLflow store each; the tiny model on CPU."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from record.identity import run_key
+from record.identity.run_key import run_key
 from tests.support.trainer_run import ENGINES, config_dict, metric_histories, train_process
 
 pytestmark = pytest.mark.slow

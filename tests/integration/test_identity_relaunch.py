@@ -75,8 +75,8 @@ def test_a_finished_sweep_relaunched_trains_only_what_computes_something_new(swe
 def test_a_cell_trained_under_another_gradient_is_named_and_rerun_only_when_asked(sweep_args, tmp_path, monkeypatch):
     """Issue 24: the trainer's own writer records cell 0's fingerprint under an edited loss (the code of an earlier
     launch); the relaunch names that cell, keeps it, and `--rerun-changed` trains exactly it again from step 0."""
-    from trainer import fingerprint as fp
-    from trainer.objective import rl_loss
+    from trainer.objective import fingerprint as fp
+    from trainer.objective.loss import rl_loss
     from trainer.train import objective_manifest
 
     name, args, sweep_dir = sweep_args

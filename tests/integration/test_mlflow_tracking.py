@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from record.tracker import MlflowTracker
-from record.tracker_ui import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, experiment_url
+from record.tracking.tracker import MlflowTracker
+from record.tracking.ui import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, experiment_url
 from tests.support.browser import chromium
 from tests.support.mlflow_server import MlflowServer
-from trainer.collapse_rules import CollapseVerdict
+from trainer.run.collapse_rules import CollapseVerdict
 
 pytestmark = pytest.mark.slow
 mlflow = pytest.importorskip("mlflow")
@@ -227,8 +227,8 @@ def test_the_experiment_link_lands_on_the_runs_table(server, tmp_path):
 
 
 def test_sweep_parent_is_closed_when_settled_and_reopened_by_a_resubmitted_cell(tmp_path):
-    from record.tracker import read_run_file
-    from record.tracker_sweep import close_sweep_parent
+    from record.tracking.sweep import close_sweep_parent
+    from record.tracking.tracker import read_run_file
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     cell = open_cell(tmp_path / "cellA", uri, "cellA", retry_after_s=0)

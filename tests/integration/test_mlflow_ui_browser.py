@@ -40,9 +40,9 @@ def build_sweep(root: Path, uri: str) -> dict[str, dict]:
 
     from orchestrator.launch.ledger import Ledger
     from orchestrator.tracking.sweep_run import close_parent
-    from record.keys import eval_metric_keys
-    from record.tracker import MlflowTracker
-    from trainer.config import RunConfig
+    from record.metric_keys import eval_metric_keys
+    from record.tracking.tracker import MlflowTracker
+    from trainer.config.run import RunConfig
     from trainer.train import RunContext, _open_tracker, objective_manifest
 
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
@@ -98,7 +98,7 @@ def test_the_printed_links_open_the_sweeps_runs_table_and_compare_view(tmp_path,
     records = build_sweep(tmp_path, uri)
 
     from orchestrator.tracking.sweep_run import links
-    from record.tracker_ui import LOCAL_UI
+    from record.tracking.ui import LOCAL_UI
 
     lines = links(records)
     assert "serve it first" in lines[2] and "make mlflow-ui" in lines[2]

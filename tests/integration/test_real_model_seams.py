@@ -19,10 +19,10 @@ import json
 import pytest
 import torch
 
-from record.weights import model_identity
+from record.identity.weights import model_identity
 from tests.support.real_model import smollm2_dir
 from tests.support.zero3_vllm import zero3_with_vllm
-from trainer import vllm_support
+from trainer.rollout import vllm_support
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not vllm_support.installed(), reason="vLLM is not installed (make setup installs it)")]
@@ -35,7 +35,7 @@ SHORT = ["What is the capital of France? Answer in one word.", "Say hello.", "Re
 
 @pytest.fixture(scope="module")
 def engines():
-    from trainer.rollout_hf import HFEngine
+    from trainer.rollout.hf_engine import HFEngine
 
     path = str(smollm2_dir())
     with zero3_with_vllm(path, lr=1e-4, max_model_len=128) as (engine, tok, vllm):
@@ -44,8 +44,8 @@ def engines():
 
 
 def _chat_ids(tok, questions: list[str]) -> list[list[int]]:
-    from trainer.data import prompt_text
-    from trainer.sampler import encode
+    from trainer.rollout.sampler import encode
+    from trainer.tasks.data import prompt_text
 
     return [encode(tok, prompt_text(tok, {"problem": q}, "math", True), 96) for q in questions]
 
@@ -61,7 +61,7 @@ def test_the_model_is_what_the_seams_need(engines):
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n"), text
     assert tok(text)["input_ids"] == tok(text, add_special_tokens=False)["input_ids"]  # no BOS added either way
     assert path == str(smollm2_dir())
-    # one model for a cell's identity, named by the project or by its converted directory (record/weights.py)
+    # one model for a cell's identity, named by the project or by its converted directory (record/identity/weights.py)
     assert model_identity(path) == model_identity("smollm2-135m-instruct") == "project:smollm2-135m-instruct"
 
 
@@ -69,9 +69,9 @@ def test_training_and_lm_eval_prompt_the_same_tokens(engines, tmp_path):
     """lm-eval's rendered prompt (its own apply_chat_template over the task's doc_to_text) tokenises to the ids the
     trainer's sampler feeds the policy for the same problem."""
     from eval.run import evaluate
-    from trainer import tiny_task
-    from trainer.data import prompt_text
-    from trainer.sampler import encode
+    from trainer.rollout.sampler import encode
+    from trainer.tasks import tiny as tiny_task
+    from trainer.tasks.data import prompt_text
 
     tok = engines["tok"]
     evaluate(smollm2_dir(), tasks=["tiny"], limit=3, k=1, backend="hf", max_tokens=2, chat_template=True,
@@ -88,8 +88,8 @@ def test_training_and_lm_eval_prompt_the_same_tokens(engines, tmp_path):
 
 
 def test_both_engines_stop_at_im_end_keep_it_in_the_mask_and_flag_truncation_alike(engines):
-    from trainer.policy import collate
-    from trainer.rollout import Sampling
+    from trainer.model.logprobs import collate
+    from trainer.rollout.engine import Sampling
 
     tok, eos = engines["tok"], engines["tok"].eos_token_id
     prompts = _chat_ids(tok, SHORT)
@@ -115,7 +115,7 @@ def test_both_engines_stop_at_im_end_keep_it_in_the_mask_and_flag_truncation_ali
 
 
 def _trainer_logprobs(engine, tok, ro) -> list[list[float]]:
-    from trainer.policy import score_logprobs
+    from trainer.model.logprobs import score_logprobs
 
     with torch.no_grad():
         logp = score_logprobs(engine.module, ro.prompt_ids, ro.response_ids, tok.pad_token_id, 64, 1.0)
@@ -127,13 +127,13 @@ def _max_gap(a: list[list[float]], b: list[list[float]]) -> float:
 
 
 def test_vllm_logprobs_equal_the_trainers_after_sync_and_after_zero3_updates(engines):
-    from trainer.policy import collate, response_logprobs
-    from trainer.rollout import Sampling
+    from trainer.model.logprobs import collate, response_logprobs
+    from trainer.rollout.engine import Sampling
 
     tok, ds, vllm = engines["tok"], engines["ds"], engines["vllm"]
-    from trainer import tiny_task
-    from trainer.data import prompt_text
-    from trainer.sampler import encode
+    from trainer.rollout.sampler import encode
+    from trainer.tasks import tiny as tiny_task
+    from trainer.tasks.data import prompt_text
 
     prompts = [encode(tok, prompt_text(tok, ex, "tiny", True), 64) for ex in tiny_task.make_split("test", 4)]
     sampling = Sampling(max_new_tokens=12, logprobs=True)
@@ -159,8 +159,8 @@ def test_vllm_logprobs_equal_the_trainers_after_sync_and_after_zero3_updates(eng
 def test_a_prompt_budget_the_chat_template_does_not_fit_is_one_message(engines, tmp_path):
     from record.errors import UserError
     from tests.support.trainer_run import CONFIGS, config_dict
-    from trainer.config import RunConfig
-    from trainer.models import check_prompt_budget
+    from trainer.config.run import RunConfig
+    from trainer.model.build import check_prompt_budget
 
     def config(max_prompt_tokens: int, dataset: str = "tiny") -> RunConfig:
         d = config_dict(tmp_path, CONFIGS["k1-reward"], model={"name_or_path": "smollm2-135m-instruct"},

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.real_model import smollm2_dir
-from trainer import vllm_support
+from trainer.rollout import vllm_support
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow,
               pytest.mark.skipif(not vllm_support.installed(), reason="vLLM is not installed (make setup)")]

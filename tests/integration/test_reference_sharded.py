@@ -1,5 +1,5 @@
 """The reference as a ZeRO-3 inference engine on two real DeepSpeed CPU ranks scores what a full replica does
-(trainer/memory.py `build_reference`): sharding moves the weights, never a log-prob."""
+(trainer/model/memory.py `build_reference`): sharding moves the weights, never a log-prob."""
 
 import json
 import os
@@ -57,7 +57,7 @@ def test_memory_knobs_train_the_same_weights(tmp_path):
     from tests.support.trainer_run import CONFIGS, final_weights, history, run
 
     kl = CONFIGS["k3-loss"]
-    # Two stores: the knobs are machinery, so both runs may carry one run_key (record/identity.py).
+    # Two stores: the knobs are machinery, so both runs may carry one run_key (record/identity/run_key.py).
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     _, plain_dir, _, plain = run(tmp_path / "a", "plain", kl)

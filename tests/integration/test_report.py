@@ -1,6 +1,6 @@
 """`orchestrate report` over a real sweep directory: sweeps/smoke.yaml run to the end by the local executor with
 the orchestrator's probe jobs (ledger, checkpoints, eval_result.json), each cell's training curves logged into a
-real MLflow SQLite store by the real tracker (record/tracker.py) and its verdict written by the real
+real MLflow SQLite store by the real tracker (record/tracking/tracker.py) and its verdict written by the real
 collapse monitor, as the trainer does both. Then the store goes away: the report falls back and says so."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 from orchestrator.launch.ledger import Ledger
-from record.tracker import MlflowTracker, read_run_file
-from record.tracker_sweep import metric_histories
-from trainer.collapse import CollapseMonitor
+from record.tracking.sweep import metric_histories
+from record.tracking.tracker import MlflowTracker, read_run_file
+from trainer.run.collapse import CollapseMonitor
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = ["--train-entry", "orchestrator.jobs:probe_train",

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.support.zero3_vllm import zero3_with_vllm
-from trainer import vllm_support
+from trainer.rollout import vllm_support
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not vllm_support.installed(), reason="vLLM is not installed (make setup installs it)")]
@@ -24,7 +24,7 @@ TOL = 1e-4
 
 @pytest.fixture(scope="module")
 def setup():
-    from trainer.tiny_model import ensure_tiny_model
+    from trainer.model.tiny_model import ensure_tiny_model
 
     path = str(ensure_tiny_model())
     with zero3_with_vllm(path, lr=3e-3, max_model_len=96) as (engine, tok, rollout):
@@ -32,15 +32,15 @@ def setup():
 
 
 def _prompts(tok, n: int) -> list[list[int]]:
-    from trainer.data import prompt_text
-    from trainer.tiny_task import make_split
+    from trainer.tasks.data import prompt_text
+    from trainer.tasks.tiny import make_split
 
     return [tok(prompt_text(tok, ex, "tiny", True), add_special_tokens=False)["input_ids"]
             for ex in make_split("test", n)]
 
 
 def _trainer_logprobs(engine, tok, ro) -> list[list[float]]:
-    from trainer.policy import score_logprobs
+    from trainer.model.logprobs import score_logprobs
 
     with torch.no_grad():
         logp = score_logprobs(engine.module, ro.prompt_ids, ro.response_ids, tok.pad_token_id, 64, 1.0)
@@ -52,8 +52,8 @@ def _max_gap(a: list[list[float]], b: list[list[float]]) -> float:
 
 
 def test_samples_are_group_major_seeded_per_rank_and_flag_truncation(setup):
-    from trainer.rollout import Sampling
-    from trainer.sampler import rollout_seed
+    from trainer.rollout.engine import Sampling
+    from trainer.rollout.sampler import rollout_seed
 
     rollout, _, tok, _ = setup
     prompts = _prompts(tok, 6)
@@ -73,8 +73,8 @@ def test_samples_are_group_major_seeded_per_rank_and_flag_truncation(setup):
 
 
 def test_logprobs_equal_the_trainers_after_sync_and_after_every_update(setup):
-    from trainer.policy import collate, response_logprobs
-    from trainer.rollout import Sampling
+    from trainer.model.logprobs import collate, response_logprobs
+    from trainer.rollout.engine import Sampling
 
     rollout, engine, tok, _ = setup
     prompts = _prompts(tok, 8)
@@ -108,8 +108,8 @@ def test_synced_engine_equals_a_fresh_engine_from_the_saved_weights(setup, tmp_p
 
     from transformers import AutoModelForCausalLM
 
-    from trainer.rollout import Sampling
-    from trainer.rollout_vllm import VLLMEngine, gathered_parameters
+    from trainer.rollout.engine import Sampling
+    from trainer.rollout.vllm_engine import VLLMEngine, gathered_parameters
 
     rollout, engine, tok, path = setup
     rollout.sync_weights(engine.module)
@@ -130,7 +130,7 @@ def test_synced_engine_equals_a_fresh_engine_from_the_saved_weights(setup, tmp_p
 def test_bad_settings_are_one_clear_message(tmp_path, monkeypatch):
     import json
 
-    from trainer.rollout_vllm import VLLMEngine
+    from trainer.rollout.vllm_engine import VLLMEngine
 
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 96, "num_attention_heads": 4}))
     with pytest.raises(vllm_support.VLLMUnavailable, match="head size 24"):
@@ -153,7 +153,7 @@ def test_train_with_an_engine_vllm_cannot_run_is_one_message(tmp_path):
     import yaml
 
     from tests.support.trainer_run import config_dict
-    from trainer.tiny_model import ensure_tiny_model, fast_config
+    from trainer.model.tiny_model import ensure_tiny_model, fast_config
 
     if vllm_support.on_gpu():
         pytest.skip("on a GPU every head size runs")

@@ -52,8 +52,8 @@ def test_the_smoke_sweep_on_slurm_logs_every_cell_into_the_postgres_server(serve
         assert any(key.startswith("eval/") and "/mean_at_" in key for key in row["eval"]), row["eval"]
         for key, value in row["eval"].items():  # the eval job logged into the training's run
             assert run.data.metrics[key] == pytest.approx(value), key
-        # the gradient its training computed (trainer/fingerprint.py): one hash in objective.json (status), in the
-        # MLflow run's tags and in the ledger's record (the watcher's, when it made the cell final)
+        # the gradient its training computed (trainer/objective/fingerprint.py): one hash in objective.json (status), in
+        # the MLflow run's tags and in the ledger's record (the watcher's, when it made the cell final)
         record = Ledger(tmp_path / "smoke").load(row["run_key"])
         assert row["fingerprint"] and len(row["fingerprint"]) == 12
         assert row["fingerprint"] == run.data.tags["objective/fingerprint"] == record["objective"]["fingerprint"]

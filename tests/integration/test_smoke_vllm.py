@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.launch.ledger import Ledger
-from trainer import vllm_support
+from trainer.rollout import vllm_support
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow,
               pytest.mark.skipif(not vllm_support.installed(), reason="vLLM is not installed (make setup)")]
@@ -42,7 +42,7 @@ def test_smoke_vllm_sweep_trains_and_evaluates_every_cell_on_slurm(tmp_path):
         assert {"eval/tiny/mean_at_4", "eval/tiny_ood/mean_at_4"} <= set(row["eval"]), row["eval"]
         assert 0.0 < row["eval"]["eval/tiny/mean_at_4"] <= 1.0  # the warm start solves some in-domain problems
         assert row["step"] == 4 and 0.0 <= row["metrics"]["train/reward_mean"] <= 1.0  # the trainer's last step
-    # Quiet training job logs: none of the known third-party noise (trainer/progress.py), no progress bars.
+    # Quiet training job logs: none of the known third-party noise (trainer/run/progress.py), no progress bars.
     for record in Ledger(tmp_path / "smoke-vllm").records().values():
         job = next(j for j in reversed(record["jobs"]) if j["kind"] == "train")
         log = "".join(p.read_text(errors="replace") for p in (tmp_path / "smoke-vllm" / "slurm").glob(

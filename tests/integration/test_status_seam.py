@@ -19,7 +19,7 @@ from orchestrator.launch.plan import make_plan
 from orchestrator.status import cells, tables
 from orchestrator.sweep.expand import load_sweep
 from record.rundir import tag_for
-from trainer.collapse import CollapseMonitor
+from trainer.run.collapse import CollapseMonitor
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ def test_status_shows_what_the_real_eval_and_collapse_writers_wrote(tmp_path, mo
     import torch
 
     from eval import local_data
-    from trainer.tiny_model import ensure_tiny_model, fast_config
+    from trainer.model.tiny_model import ensure_tiny_model, fast_config
 
     torch.set_num_threads(2)
     model_dir = ensure_tiny_model(fast_config())

@@ -246,7 +246,7 @@ def test_one_real_cell_trains_the_tiny_model_on_two_ranks_and_is_evaluated(make)
     from mlflow import MlflowClient
 
     from orchestrator.tracking.sweep_run import close_parent
-    from record.tracker import read_run_file
+    from record.tracking.tracker import read_run_file
 
     where = read_run_file(run_dir)
     client = MlflowClient(where["tracking_uri"])

@@ -12,8 +12,8 @@ import string
 import pytest
 import torch
 
-from trainer import tiny_model, tiny_task
-from trainer.tiny_model import (
+from trainer.model import tiny_model
+from trainer.model.tiny_model import (
     TinyModelConfig,
     accuracy,
     build_tokenizer,
@@ -21,6 +21,7 @@ from trainer.tiny_model import (
     ensure_tiny_model,
     fast_config,
 )
+from trainer.tasks import tiny as tiny_task
 
 pytestmark = pytest.mark.slow
 
@@ -119,7 +120,7 @@ def test_small_builds_are_deterministic_atomic_and_keyed(tmp_path, monkeypatch):
     first = ensure_tiny_model(config, root=tmp_path / "a")
     second = ensure_tiny_model(config, root=tmp_path / "b")
     assert first.name == second.name == config.key()
-    # no temp dir left behind (the build's lock file stays: trainer/cache_lock.py)
+    # no temp dir left behind (the build's lock file stays: trainer/model/cache_lock.py)
     assert sorted(p.name for p in first.parent.iterdir() if p.suffix != ".lock") == [config.key()]
     from safetensors.torch import load_file
 

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from record.tracker import local_artifact_location
+from record.tracking.tracker import local_artifact_location
 from tests.support.tracking_load import Load, audit, run_writers
 from tests.support.tracking_server import server_fixture
 

@@ -16,7 +16,7 @@ import yaml
 from orchestrator.launch import ledger as L
 from orchestrator.status.cells import cell_rows, current_records
 from record.rundir import RunDir
-from record.tracker import MlflowTracker
+from record.tracking.tracker import MlflowTracker
 from tests.support.mlflow_server import MlflowServer
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from record.tracker import MlflowTracker
+from record.tracking.tracker import MlflowTracker
 from tests.support.tracking_server import server_fixture
 
 pytestmark = pytest.mark.slow

@@ -45,7 +45,7 @@ def data_root():
 
 
 def test_up_is_idempotent_status_names_the_uri_and_data_survives_down_and_up(data_root, tmp_path):
-    from record.tracker import MlflowTracker
+    from record.tracking.tracker import MlflowTracker
 
     data, port = data_root / "server", free_port()
     first = orchestrate("up", "--data-dir", str(data), "--port", str(port), "--workers", "1", check=True)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.support.trainer_run import CONFIGS, final_weights, history, run
-from trainer import vllm_support
+from trainer.rollout import vllm_support
 
 pytestmark = pytest.mark.slow
 # Both rollout engines: vLLM (the paper's; its CPU build here) and HF generate.
@@ -25,14 +25,14 @@ LOGGED = {
 def initial_weights():
     from transformers import AutoModelForCausalLM
 
-    from trainer.tiny_model import ensure_tiny_model
+    from trainer.model.tiny_model import ensure_tiny_model
 
     return AutoModelForCausalLM.from_pretrained(str(ensure_tiny_model())).state_dict()
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_every_kl_configuration_trains_and_logs_every_metric(tmp_path, name, initial_weights):
-    from record.keys import METRICS
+    from record.metric_keys import METRICS
 
     result, run_dir, _, key = run(tmp_path, name, CONFIGS[name], data={"val_every": 2, "val_size": 8})
     after = final_weights(run_dir)
@@ -40,10 +40,10 @@ def test_every_kl_configuration_trains_and_logs_every_metric(tmp_path, name, ini
     assert moved > 0, "training did not change the parameters"
     hist = history(tmp_path, key)
     assert LOGGED <= set(hist), f"missing metrics: {sorted(LOGGED - set(hist))}"
-    assert set(hist) <= set(METRICS), f"metrics not documented in record/keys.py: {set(hist) - set(METRICS)}"
+    assert set(hist) <= set(METRICS), f"metrics not documented in record/metric_keys.py: {set(hist) - set(METRICS)}"
     assert [s for s, _ in hist["train/loss"]] == [1, 2]
     assert (run_dir / "objective.json").exists() and (run_dir / "verdict.json").exists()
-    # The last step's weights exported by the job itself, from the live engine (trainer/export.py save_final).
+    # The last step's weights exported by the job itself, from the live engine (trainer/run/export.py save_final).
     export = json.loads((run_dir / "export" / "step_000002" / "export.json").read_text())
     assert export["source"] == "live 16-bit gather" and export["dtype"] == "float32", export  # model.dtype fp32
 
@@ -94,9 +94,9 @@ def test_tracking_server_down_buffers_every_metric(tmp_path, monkeypatch):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    from record.identity import run_key
+    from record.identity.run_key import run_key
     from tests.support.trainer_run import config_dict
-    from trainer.config import RunConfig
+    from trainer.config.run import RunConfig
     from trainer.train import RunContext, train
 
     d = config_dict(tmp_path, CONFIGS["k1-reward"])
@@ -126,9 +126,9 @@ def test_zero3_parameters_gather_for_weight_sync():
     import deepspeed
     from transformers import AutoModelForCausalLM
 
-    from trainer import distributed
-    from trainer.rollout_vllm import gathered_parameters
-    from trainer.tiny_model import ensure_tiny_model
+    from trainer.model import distributed
+    from trainer.model.tiny_model import ensure_tiny_model
+    from trainer.rollout.vllm_engine import gathered_parameters
     from trainer.train import CACHE
 
     dist = distributed.init(CACHE)
@@ -154,9 +154,9 @@ def test_rl_raises_the_warm_starts_held_out_accuracy(tmp_path, engine):
     in-domain test split, measured with HF generate in both cases (the engine under test only made the rollouts)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer import tiny_task
-    from trainer.export import export_hf
-    from trainer.tiny_model import accuracy, ensure_tiny_model
+    from trainer.model.tiny_model import accuracy, ensure_tiny_model
+    from trainer.run.export import export_hf
+    from trainer.tasks import tiny as tiny_task
 
     test = tiny_task.make_split("test", seed=0)
 
@@ -184,10 +184,10 @@ def test_rollouts_run_without_zero3_hooks_and_restore_them():
     import deepspeed
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer import distributed
-    from trainer.rollout import Sampling
-    from trainer.rollout_hf import HFEngine
-    from trainer.tiny_model import ensure_tiny_model
+    from trainer.model import distributed
+    from trainer.model.tiny_model import ensure_tiny_model
+    from trainer.rollout.engine import Sampling
+    from trainer.rollout.hf_engine import HFEngine
     from trainer.train import CACHE
 
     path = str(ensure_tiny_model())
@@ -232,7 +232,7 @@ def test_cpu_speed_settings_leave_the_zero3_update_unchanged():
     import sys
     from pathlib import Path
 
-    from trainer.tiny_model import ensure_tiny_model
+    from trainer.model.tiny_model import ensure_tiny_model
 
     script = Path(__file__).resolve().parents[1] / "support" / "zero3_steps.py"
     model_dir = str(ensure_tiny_model())

@@ -11,7 +11,7 @@ import yaml
 
 from tests.support.slurm_jobs import TrainFromYaml
 from tests.support.trainer_run import config_dict
-from trainer import vllm_support
+from trainer.rollout import vllm_support
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

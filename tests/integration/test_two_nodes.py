@@ -140,7 +140,7 @@ def _assert_same_history(want: dict, got: dict) -> None:
 
 def _key(tmp: Path) -> str:
     from orchestrator.commands.train import load_run_config
-    from record.identity import run_key
+    from record.identity.run_key import run_key
 
     return run_key(load_run_config(tmp / "run.yaml", []))
 
@@ -272,7 +272,7 @@ def test_a_cell_on_the_second_node_logs_every_step_through_the_profiles_tracking
     from record.rundir import RunDir  # noqa: PLC0415
     from tests.support.slurm_queue import cancel_named  # noqa: PLC0415
     from tests.support.tracking_server import open_tmp_dir  # noqa: PLC0415
-    from trainer.tiny_model import ensure_tiny_model  # noqa: PLC0415
+    from trainer.model.tiny_model import ensure_tiny_model  # noqa: PLC0415
 
     ensure_tiny_model()  # built once per machine (minutes): not inside the launch's time limit below
     started = time.monotonic()

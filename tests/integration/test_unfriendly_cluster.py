@@ -39,7 +39,7 @@ from orchestrator.sweep.expand import load_sweep
 from record.rundir import RunDir, config_text
 from tests.support.fault_row import histories
 from tests.support.slurm_queue import cancel_named, step_pids
-from trainer.tiny_model import TinyModelConfig, ensure_tiny_model
+from trainer.model.tiny_model import TinyModelConfig, ensure_tiny_model
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 # Real training by an unprivileged user: 4-6 minutes on the loaded 2-core CI machine (a first DeepSpeed op build

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.build_lock import BUILD_TOOLS
+from trainer.model.build_lock import BUILD_TOOLS
 
 
 def job_log(job: dict) -> str:
@@ -54,7 +54,7 @@ def wait_for_the_build(lock: Path, timeout_s: float = 600.0) -> str:
 
 
 def build_tools_in(workdir: str) -> list[str]:
-    """The build tools (trainer/build_lock.py's BUILD_TOOLS) working in `workdir`, as "pid (name)"."""
+    """The build tools (trainer/model/build_lock.py's BUILD_TOOLS) working in `workdir`, as "pid (name)"."""
     found = []
     for proc in Path("/proc").iterdir():
         try:

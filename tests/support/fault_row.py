@@ -47,7 +47,7 @@ def histories(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     """Every metric of the cell's MLflow run but the timings (perf/): key -> [(step, value)] in step order."""
     from mlflow import MlflowClient
 
-    from record.tracker import read_run_file
+    from record.tracking.tracker import read_run_file
 
     where = read_run_file(run_dir)
     client = MlflowClient(where["tracking_uri"])

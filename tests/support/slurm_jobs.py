@@ -19,7 +19,7 @@ class TrainFromYaml(submitit.helpers.Checkpointable):
 
     def __call__(self, config_path: str, run_dir: str) -> dict:
         from orchestrator.commands.train import load_run_config
-        from record.identity import run_key
+        from record.identity.run_key import run_key
         from trainer.train import RunContext, train
 
         cfg = load_run_config(Path(config_path), [])

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from record.tracker import MlflowTracker
+from record.tracking.tracker import MlflowTracker
 
 KEYS = ("train/loss", "train/kl_k3", "val/pass_at_1")
 

@@ -51,7 +51,7 @@ def write(uri: str, experiment_id: str | None, writer: int, load: Load, start, a
     from mlflow import MlflowClient
     from mlflow.entities import Metric, Param, RunTag
 
-    from record.tracker import local_artifact_location
+    from record.tracking.tracker import local_artifact_location
 
     out = Outcome(writer, status=STATUSES[writer % len(STATUSES)])
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainer import vllm_support
+from trainer.rollout import vllm_support
 
 BASE = {
     "model": {"name_or_path": "tiny", "dtype": "fp32"},
@@ -41,8 +41,8 @@ def config_dict(tmp_path: Path, kl: dict, **sections) -> dict:
 
 
 def run(tmp_path: Path, name: str, kl: dict, **sections):
-    from record.identity import run_key
-    from trainer.config import RunConfig
+    from record.identity.run_key import run_key
+    from trainer.config.run import RunConfig
     from trainer.train import RunContext, train
 
     cfg = RunConfig.from_dict(config_dict(tmp_path, kl, **sections))

@@ -29,7 +29,7 @@ def main(mode: str, model_dir: str) -> None:
     else:
         import deepspeed
 
-        from trainer import distributed
+        from trainer.model import distributed
         from trainer.train import CACHE
 
         distributed.init(CACHE)

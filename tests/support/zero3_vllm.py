@@ -14,8 +14,8 @@ def zero3_with_vllm(path: str, lr: float, max_model_len: int) -> Iterator[tuple]
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from trainer import distributed
-    from trainer.rollout_vllm import VLLMEngine
+    from trainer.model import distributed
+    from trainer.rollout.vllm_engine import VLLMEngine
     from trainer.train import CACHE
 
     tok = AutoTokenizer.from_pretrained(path)

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from trainer.advantages import (
+from trainer.config.objective import AlgorithmConfig, KLConfig
+from trainer.objective.advantages import (
     aggregate,
     compute_advantages,
     group_mean_baseline,
@@ -11,9 +12,8 @@ from trainer.advantages import (
     rloo_baseline,
     shaped_returns,
 )
-from trainer.config_objective import AlgorithmConfig, KLConfig
-from trainer.kl import kl_reward_penalty, kl_terms
-from trainer.objective import rl_loss, shaped_advantages
+from trainer.objective.kl import kl_reward_penalty, kl_terms
+from trainer.objective.loss import rl_loss, shaped_advantages
 
 R = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0], dtype=torch.float64)
 

@@ -67,12 +67,15 @@ def test_every_module_is_on_the_page():
 
 
 def test_the_checks_see_a_wrong_page(tmp_path):
-    (tmp_path / "trainer").mkdir()
-    (tmp_path / "trainer" / "kl.py").write_text("def k1():\n    pass\n\nclass Engine:\n    def sync(self):\n"
-                                                "        pass\n")
+    (tmp_path / "trainer" / "objective").mkdir(parents=True)
+    (tmp_path / "trainer" / "objective" / "kl.py").write_text("def k1():\n    pass\n\nclass Engine:\n"
+                                                              "    def sync(self):\n        pass\n")
     (tmp_path / "trainer" / "extra.py").write_text("")
-    doc = ("| concept | file | function |\n|---|---|---|\n| K1 | `trainer/kl.py` | `k1`, `k2`: prose `x` |\n"
-           "| sync | `trainer/kl.py` | `Engine.sync`, `Engine.generate` |\n| gone | `trainer/gone.py` | `f` |\n")
-    assert problems(doc, tmp_path) == ["trainer/gone.py does not exist", "`k2` is not defined in trainer/kl.py",
-                                       "`Engine.generate` is not defined in trainer/kl.py"]
+    doc = ("| concept | file | function |\n|---|---|---|\n"
+           "| K1 | `trainer/objective/kl.py` | `k1`, `k2`: prose `x` |\n"
+           "| sync | `trainer/objective/kl.py` | `Engine.sync`, `Engine.generate` |\n"
+           "| gone | `trainer/gone.py` | `f` |\n")
+    assert problems(doc, tmp_path) == ["trainer/gone.py does not exist",
+                                       "`k2` is not defined in trainer/objective/kl.py",
+                                       "`Engine.generate` is not defined in trainer/objective/kl.py"]
     assert unnamed(doc, tmp_path) == ["trainer/extra.py"]

@@ -1,5 +1,5 @@
-"""The bias table (trainer/bias_table.py): each distinct objective's exact gradient on the toy model agrees with
-`orchestrate synthetic` and with the exact identities of test_kl_gradients.py where they overlap; its group
+"""The bias table (trainer/analysis/bias_table.py): each distinct objective's exact gradient on the toy model agrees
+with `orchestrate synthetic` and with the exact identities of test_kl_gradients.py where they overlap; its group
 enumeration is exact where the advantage is not linear; a moved stop-gradient changes the verdict."""
 
 import itertools
@@ -9,13 +9,12 @@ import pytest
 import torch
 import yaml
 
-import trainer.kl
+import trainer.objective.kl
 from orchestrator.cli import main
 from orchestrator.launch import ledger as L
 from orchestrator.sweep.expand import load_sweep
-from trainer import bias_table as bt
-from trainer.config_objective import AlgorithmConfig, KLConfig
-from trainer.toy import (
+from trainer.analysis import bias_table as bt
+from trainer.analysis.toy import (
     DTYPE,
     all_sequences,
     sequence_kl_grad,
@@ -23,7 +22,8 @@ from trainer.toy import (
     token_logprobs,
     token_reverse_kl_grad,
 )
-from trainer.toy_study import EXTRA_CONFIGS, PAPER_CONFIGS, TrialBatch, kl_config, run_study
+from trainer.analysis.toy_study import EXTRA_CONFIGS, PAPER_CONFIGS, TrialBatch, kl_config, run_study
+from trainer.config.objective import AlgorithmConfig, KLConfig
 
 THETA, REF, T = (0.4, -0.3), (-0.2, 0.25), 5  # test_kl_gradients.py's model
 PLAIN = AlgorithmConfig(advantage="none", aggregation="seq_mean_token_sum", group_size=1, clip_eps=None)
@@ -142,11 +142,12 @@ def test_a_moved_stop_gradient_changes_the_verdict(monkeypatch):
     assert on("k1-reward").verdict == "unbiased" and on("k1-loss-rho").verdict == "token-level"
     bt.row.cache_clear()
     # rho = pi / sg(mu) with the stop-gradient moved onto the whole ratio: rho*k1 falls back to plain k1.
-    monkeypatch.setattr(trainer.kl, "importance_ratio", lambda logp, behavior_logp: torch.exp(logp - logp).detach())
+    monkeypatch.setattr(trainer.objective.kl, "importance_ratio",
+                        lambda logp, behavior_logp: torch.exp(logp - logp).detach())
     assert on("k1-loss-rho").verdict == "no-KL"
     # The stop-gradient moved from the reward side to the loss side: k3 in reward+loss loses its pathwise half.
-    monkeypatch.setattr(trainer.kl, "kl_loss_per_token",
-                        lambda estimator, form, logp, ref_logp, rho: trainer.kl.ESTIMATOR_FNS[estimator](
+    monkeypatch.setattr(trainer.objective.kl, "kl_loss_per_token",
+                        lambda estimator, form, logp, ref_logp, rho: trainer.objective.kl.ESTIMATOR_FNS[estimator](
                             logp, ref_logp).detach())
     assert on("k3-reward+loss").verdict == "wrong-sign"  # now k3 in reward alone (equation 19)
 

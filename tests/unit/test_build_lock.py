@@ -1,4 +1,4 @@
-"""trainer/build_lock.py: a build lock no live builder holds is taken over and said so; a fresh one, or one a
+"""trainer/model/build_lock.py: a build lock no live builder holds is taken over and said so; a fresh one, or one a
 process on this host holds, is kept; a missing extensions directory is fine; and a job already waiting inside
 torch's FileBaton on a dead builder's lock is released (tests/integration/test_fault_matrix.py kills a real job
 mid-build)."""
@@ -16,8 +16,8 @@ import pytest
 from torch.utils.file_baton import FileBaton
 
 from record.errors import UserError
-from trainer import build_lock
-from trainer.build_lock import Lock, Sentinel, clear, judge, line, stale_after_s, sweep
+from trainer.model import build_lock
+from trainer.model.build_lock import Lock, Sentinel, clear, judge, line, stale_after_s, sweep
 
 
 def make_lock(root: Path, op: str = "deepspeed_shm_comm", age_s: float = 0.0) -> Path:

@@ -1,5 +1,5 @@
-"""trainer/cache_lock.py: two callers that miss the same cache entry together build it once; the second waits for the
-first and uses its build (the test workers of `make test` both reach for the tiny model at their start)."""
+"""trainer/model/cache_lock.py: two callers that miss the same cache entry together build it once; the second waits for
+the first and uses its build (the test workers of `make test` both reach for the tiny model at their start)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import threading
 import time
 from pathlib import Path
 
-from trainer import tiny_model
-from trainer.cache_lock import one_builder
+from trainer.model import tiny_model
+from trainer.model.cache_lock import one_builder
 
 
 def test_two_callers_that_miss_the_tiny_model_together_build_it_once(tmp_path, monkeypatch):

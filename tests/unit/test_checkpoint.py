@@ -1,4 +1,4 @@
-"""trainer/checkpoint.py's choices, one process, a stand-in engine (the real ZeRO-3 shards are in
+"""trainer/run/checkpoint.py's choices, one process, a stand-in engine (the real ZeRO-3 shards are in
 tests/integration/test_fault_matrix.py): a save that cannot be written fails naming the disk and leaves the previous
 checkpoint in force; a torn or unreadable latest checkpoint is skipped for the previous one, saying so."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from record.rundir import RunDir
-from trainer import checkpoint
+from trainer.run import checkpoint
 
 
 class Engine:

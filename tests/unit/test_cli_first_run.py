@@ -110,7 +110,7 @@ def test_executor_slurm_without_a_controller_names_both_ways_out(tmp_path, monke
 def test_sweep_builds_a_missing_tiny_model_before_submitting(tmp_path, monkeypatch, capsys):
     """The real build (a small config, so it takes seconds), into an empty cache; submission stopped after it."""
     from orchestrator.commands import sweep as sweep_command
-    from trainer import tiny_model
+    from trainer.model import tiny_model
 
     monkeypatch.setenv("COMEDY_CACHE", str(tmp_path / "cache"))
     small = tiny_model.fast_config(sft_steps=12)
@@ -129,7 +129,7 @@ def test_sweep_builds_a_missing_tiny_model_before_submitting(tmp_path, monkeypat
 
 def test_the_tiny_model_build_reports_each_stage_to_its_progress_callback(tmp_path, capsys):
     """Every warm-start step, then each accuracy scored, reach the callback in order; nothing is printed."""
-    from trainer import tiny_model
+    from trainer.model import tiny_model
 
     heard = []
     config = tiny_model.fast_config(sft_steps=4, eval_size=2)

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from record.errors import ConfigError
-from record.keys import TRAIN_KL_K1, TRAIN_LOSS, TRAIN_RESPONSE_LENGTH, VAL_PASS_AT_1
-from trainer.collapse import CollapseMonitor, read_verdict, write_verdict
-from trainer.collapse_rules import VERDICTS, CollapseConfig, CollapseVerdict, detect, should_stop
+from record.metric_keys import TRAIN_KL_K1, TRAIN_LOSS, TRAIN_RESPONSE_LENGTH, VAL_PASS_AT_1
+from trainer.run.collapse import CollapseMonitor, read_verdict, write_verdict
+from trainer.run.collapse_rules import VERDICTS, CollapseConfig, CollapseVerdict, detect, should_stop
 
 
 def every_10(values):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import random
 
-from record.keys import TRAIN_KL_K1, TRAIN_RESPONSE_LENGTH, VAL_PASS_AT_1
-from trainer.collapse_rules import CollapseConfig, detect
+from record.metric_keys import TRAIN_KL_K1, TRAIN_RESPONSE_LENGTH, VAL_PASS_AT_1
+from trainer.run.collapse_rules import CollapseConfig, detect
 
 STEPS = range(1, 81)
 VAL = 64  # problems behind each held-out accuracy point, as in sweeps/tiny-study.yaml

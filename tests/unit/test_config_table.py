@@ -18,8 +18,8 @@ from orchestrator.launch.plan import make_plan
 from orchestrator.status.cells import run_config
 from orchestrator.sweep.expand import load_sweep
 from record.config_table import pack, unpack
-from record.run_names import sweep_params
 from record.rundir import RunDir, atomic_write, config_tables_dir, config_text
+from record.tracking.run_names import sweep_params
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "sweeps" / "smoke.yaml"

@@ -10,7 +10,7 @@ from pathlib import Path
 from orchestrator.launch.costs import costs, disk_problem, free_space, lines
 from orchestrator.launch.plan import make_plan
 from orchestrator.sweep.expand import load_sweep
-from trainer.model_shapes import SHAPES
+from trainer.analysis.model_shapes import SHAPES
 
 REPO = Path(__file__).resolve().parents[2]
 

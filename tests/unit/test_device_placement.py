@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import torch
 
-from trainer import policy
-from trainer.policy import collate, model_device, score_logprobs
-from trainer.rollout import Sampling
-from trainer.rollout_hf import HFEngine
-from trainer.tiny_model import build_tokenizer
+from trainer.model import logprobs as policy
+from trainer.model.logprobs import collate, model_device, score_logprobs
+from trainer.model.tiny_model import build_tokenizer
+from trainer.rollout.engine import Sampling
+from trainer.rollout.hf_engine import HFEngine
 
 META = torch.device("meta")
 

@@ -6,7 +6,7 @@ import pytest
 
 from eval.answers import grade, letter_of, mmlu_letter
 
-# (completion, gold, expected score): the same rule as the training reward (trainer/rewards.py).
+# (completion, gold, expected score): the same rule as the training reward (trainer/tasks/rewards.py).
 MATH_CASES = [
     ("so \\boxed{1,000}", "1000", 1.0),  # thousands separator
     ("so \\boxed{1000}", "1,000", 1.0),

@@ -10,7 +10,7 @@ from eval import local_data
 from eval.prepare import PrepareError, math_rows, math_squared_rows, mmlu_rows, prepare
 from record.rundir import sha256_file
 from tests.fixtures.eval_data import COUNTDOWN_SIZES, FIXTURE_ROWS, fixture_fetch, prepare_fixture_data
-from trainer.tiny_task import read_jsonl
+from trainer.tasks.common import read_jsonl
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_check_reports_every_problem_at_once(prepared, tmp_path):
     assert "math500: " in text and "is missing" in text
     assert "math_test: " in text and "sha256" in text and "1 rows, expected 2" in text
     assert "tiny_ood: 201 rows, expected 200" in text and "lack problem/answer/unique_id" in text
-    assert "differs from trainer/tiny_task.py" in text
+    assert "differs from trainer/tasks/tiny.py" in text
     # The real counts are the paper's: fixture-sized files fail them.
     assert any("mmlu_college_physics: 4 rows, expected 118" in p for p in local_data.check(prepared))
 

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eval.mean_at_k import maj_at_k, mean_at_k, pass_at_k, pass_at_k_exact, problem_metrics
-from record.keys import EVAL_MAJ_AT_K, EVAL_MEAN_AT_32, EVAL_PASS_AT_K, eval_metric_keys, metric_key
-from record.tracker_keys import check_keys
+from record.metric_keys import EVAL_MAJ_AT_K, EVAL_MEAN_AT_32, EVAL_PASS_AT_K, eval_metric_keys, metric_key
+from record.tracking.key_rules import check_keys
 
 
 def brute_force_pass_at_k(correct: list[bool], k: int) -> float:
@@ -68,7 +68,7 @@ def test_a_tie_goes_to_the_answer_seen_first():
 
 
 def test_votes_are_counted_on_the_normalised_answer_the_caller_gives():
-    from trainer.rewards import normalise
+    from trainer.tasks.rewards import normalise
 
     answers = [normalise(a) for a in ("1,000", "1000", "\\text{1000}", "999")]
     assert maj_at_k(answers, [1.0, 1.0, 1.0, 0.0]) == 1.0

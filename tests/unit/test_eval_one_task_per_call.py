@@ -30,7 +30,7 @@ class TimeLimit(Exception):
 
 
 def test_a_time_limit_loses_at_most_the_task_in_progress(tmp_path, monkeypatch):
-    from trainer.tiny_model import ensure_tiny_model, fast_config
+    from trainer.model.tiny_model import ensure_tiny_model, fast_config
 
     model = ensure_tiny_model(fast_config())  # cached under .cache/tiny-model: only its tokenizer is read here
     data = prepare_fixture_data(tmp_path / "data")

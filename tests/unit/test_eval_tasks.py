@@ -15,7 +15,7 @@ from eval import backends, local_data, taskfiles
 from eval.answers import GRADERS
 from eval.mean_at_k import pass_at_k
 from tests.fixtures.eval_data import prepare_fixture_data
-from trainer.tiny_task import read_jsonl
+from trainer.tasks.common import read_jsonl
 
 K = 4
 GEN = backends.generation_kwargs("hf", 1.0, 1.0, 64, ["<|end|>"])
@@ -37,7 +37,7 @@ def test_every_task_reads_a_prepared_dataset_and_has_a_grader():
 
 
 def test_the_paper_tasks_and_the_config_agree():
-    from trainer.config import EVAL_TASKS
+    from trainer.config.run import EVAL_TASKS
 
     assert set(EVAL_TASKS) <= set(taskfiles.available_tasks())
 

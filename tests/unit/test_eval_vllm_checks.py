@@ -12,7 +12,7 @@ import pytest
 
 from eval import backends
 from orchestrator.cli import main
-from trainer import vllm_support
+from trainer.rollout import vllm_support
 
 
 def run(capsys, *argv) -> tuple[int, str]:
@@ -22,7 +22,7 @@ def run(capsys, *argv) -> tuple[int, str]:
 
 def model_dir(root: Path, hidden: int = 64, heads: int = 2, positions: int = 128) -> Path:
     """A model directory as far as the checks read it: config.json and the tiny model's tokenizer, no weights."""
-    from trainer.tiny_model import build_tokenizer
+    from trainer.model.tiny_model import build_tokenizer
 
     root.mkdir()
     build_tokenizer().save_pretrained(root)

@@ -1,4 +1,4 @@
-"""Every field of the run config is classified (record/fields.py), and nothing classified is gone: a new field
+"""Every field of the run config is classified (record/identity/fields.py), and nothing classified is gone: a new field
 cannot enter or leave an identity without a decision."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import typing
 from dataclasses import fields, is_dataclass
 from pathlib import Path
 
-from record import fields as fields_table
-from trainer.config import RunConfig
+from record.identity import fields as fields_table
+from trainer.config.run import RunConfig
 
 
 def config_paths(cls, prefix: str = "") -> list[str]:
@@ -25,19 +25,19 @@ def config_paths(cls, prefix: str = "") -> list[str]:
 
 def test_every_run_config_field_is_classified():
     missing = [p for p in config_paths(RunConfig) if p not in fields_table.FIELDS]
-    assert not missing, f"classify these in record/fields.py (computes, evaluates or machinery): {missing}"
+    assert not missing, f"classify these in record/identity/fields.py (computes, evaluates or machinery): {missing}"
 
 
 def test_nothing_classified_is_gone():
     stale = sorted(set(fields_table.FIELDS) - set(config_paths(RunConfig)))
-    assert not stale, f"record/fields.py classifies fields the run config no longer has: {stale}"
+    assert not stale, f"record/identity/fields.py classifies fields the run config no longer has: {stale}"
 
 
 def test_classes_are_the_three():
     assert set(fields_table.FIELDS.values()) == {fields_table.COMPUTES, fields_table.EVALUATES,
                                                   fields_table.MACHINERY}
     assert all(fields_table.of(p) == fields_table.EVALUATES for p in fields_table.FIELDS if p.startswith("eval."))
-    # and only they: record/identity.py `eval_id` hashes a RunConfig's eval section alone
+    # and only they: record/identity/run_key.py `eval_id` hashes a RunConfig's eval section alone
     assert all(p.startswith("eval.") for p in fields_table.paths(fields_table.EVALUATES))
 
 

@@ -1,5 +1,5 @@
-"""The gradient fingerprint (trainer/fingerprint.py): computed through the training step's own loss calls, stable
-(the same settings, the same hash, run after run and in a fresh interpreter), different for settings whose
+"""The gradient fingerprint (trainer/objective/fingerprint.py): computed through the training step's own loss calls,
+stable (the same settings, the same hash, run after run and in a fresh interpreter), different for settings whose
 gradients differ, unchanged by a change that leaves every gradient alone, and recorded where a run says what it
 optimised (objective.json)."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer import fingerprint as fp
-from trainer.config_objective import AlgorithmConfig, KLConfig
+from trainer.config.objective import AlgorithmConfig, KLConfig
+from trainer.objective import fingerprint as fp
 from trainer.train import objective_manifest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def test_the_hash_is_the_gradient_rounded_not_the_code_that_computed_it(monkeypa
 
 
 def test_the_hash_is_the_same_in_a_fresh_interpreter():
-    code = ("from trainer.fingerprint import fingerprint; from trainer.config_objective import KLConfig, "
+    code = ("from trainer.objective.fingerprint import fingerprint; from trainer.config.objective import KLConfig, "
             "AlgorithmConfig; print(fingerprint(KLConfig(estimator='k1', placement='reward', beta=0.1), "
             "AlgorithmConfig())['hash'])")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
@@ -84,7 +84,7 @@ def test_the_probe_gives_every_term_something_to_say():
 
 
 def test_objective_json_carries_the_fingerprint_and_the_code():
-    from trainer.config import RunConfig
+    from trainer.config.run import RunConfig
 
     cfg = RunConfig.from_dict({"model": {"name_or_path": "tiny"}, "kl": {"estimator": "k1", "placement": "reward",
                                                                          "beta": 0.1}})

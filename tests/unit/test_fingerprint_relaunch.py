@@ -17,9 +17,9 @@ from orchestrator.status import outcomes
 from orchestrator.status.cells import run_dir_facts
 from orchestrator.sweep.expand import load_sweep
 from record.rundir import RunDir, atomic_write
-from record.tracker import MlflowTracker
-from trainer import fingerprint as fp
-from trainer.objective import rl_loss as real_rl_loss
+from record.tracking.tracker import MlflowTracker
+from trainer.objective import fingerprint as fp
+from trainer.objective.loss import rl_loss as real_rl_loss
 from trainer.train import objective_manifest
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,11 +1,12 @@
-"""The fraction task (trainer/fraction_task.py): deterministic, disjoint splits, graded by the training reward."""
+"""The fraction task (trainer/tasks/fraction.py): deterministic, disjoint splits, graded by the training reward."""
 
 from fractions import Fraction
 
-from trainer import fraction_task
-from trainer.config import DataConfig
-from trainer.data import load_examples
-from trainer.rewards import reward_fn
+from trainer.config.run import DataConfig
+from trainer.tasks import fraction as fraction_task
+from trainer.tasks.common import latex
+from trainer.tasks.data import load_examples
+from trainer.tasks.rewards import reward_fn
 
 
 def test_deterministic_given_seed_and_splits_disjoint():
@@ -30,7 +31,7 @@ def test_training_reward_grades_right_answers_correct_and_wrong_ones_wrong():
             e["problem"].split()[3])
         assert grade(f"so \\boxed{{{e['answer']}}}", e) == 1.0
         assert grade(f"\\boxed{{{value.numerator}/{value.denominator}}}", e) == 1.0  # Math-Verify's path
-        assert grade(f"\\boxed{{{fraction_task.latex(value + 1)}}}", e) == 0.0
+        assert grade(f"\\boxed{{{latex(value + 1)}}}", e) == 0.0
         assert grade(e["answer"], e) == 0.0  # no box, no reward
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from trainer import vllm_support
+from trainer.rollout import vllm_support
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,7 +51,7 @@ def test_the_vllm_apis_the_code_calls_exist_in_the_pinned_release():
     from vllm.v1.worker.cpu_model_runner import CPUModelRunner
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
-    # trainer/rollout_vllm.py: the weight sync, on the CUDA runner and on the CPU one CI runs (its subclass).
+    # trainer/rollout/vllm_engine.py: the weight sync, on the CUDA runner and on the CPU one CI runs (its subclass).
     assert "weights_iterator" in _params(GPUModelRunner.reload_weights)
     assert CPUModelRunner.reload_weights is GPUModelRunner.reload_weights
     # Sleep and the staged wake (weights, sync, then KV cache), the prefix cache reset after a sync, the RPC.

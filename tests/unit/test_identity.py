@@ -1,5 +1,5 @@
 """run_key: the same resolved config gives the same key anywhere; any change to what the run computes changes it, and
-nothing else does (record/fields.py); eval_id changes with what the evaluation does."""
+nothing else does (record/identity/fields.py); eval_id changes with what the evaluation does."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from orchestrator.sweep.expand import load_sweep
-from record import fields as fields_table
-from record.identity import (
+from record.identity import fields as fields_table
+from record.identity.run_key import (
     _canonical_run_config,
     canonical_json,
     eval_id,
@@ -18,7 +18,7 @@ from record.identity import (
     legacy_run_key,
     run_key,
 )
-from trainer.config import RunConfig
+from trainer.config.run import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]
 ONPOLICY = REPO / "sweeps" / "onpolicy.yaml"

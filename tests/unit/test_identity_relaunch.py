@@ -17,7 +17,7 @@ from orchestrator.status import outcomes
 from orchestrator.status.cells import run_dir_facts
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.watch.watcher import decide
-from record.identity import eval_id, legacy_run_key
+from record.identity.run_key import eval_id, legacy_run_key
 from record.rundir import RunDir, atomic_write
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,9 +8,7 @@ Everything is float64; identities hold to ~1e-10.
 import pytest
 import torch
 
-from trainer.config_objective import AlgorithmConfig, KLConfig
-from trainer.objective import rl_loss, shaped_advantages
-from trainer.toy import (
+from trainer.analysis.toy import (
     DTYPE,
     all_sequences,
     sequence_kl,
@@ -19,7 +17,9 @@ from trainer.toy import (
     token_logprobs,
     token_reverse_kl_grad,
 )
-from trainer.toy_study import TrialBatch, kl_config
+from trainer.analysis.toy_study import TrialBatch, kl_config
+from trainer.config.objective import AlgorithmConfig, KLConfig
+from trainer.objective.loss import rl_loss, shaped_advantages
 
 THETA = torch.tensor([0.4, -0.3], dtype=DTYPE)
 REF = torch.tensor([-0.2, 0.25], dtype=DTYPE)

@@ -345,7 +345,7 @@ def test_the_re_export_check_sees_all_and_noqa(tmp_path):
 def test_the_mlflow_and_deferred_checks_see_their_faults(tmp_path):
     _tree(tmp_path, {"orchestrator/tracking/run.py": "def f():\n    import mlflow  # noqa: PLC0415\n"
                                                      "    import json\n",
-                     "record/tracker.py": "import mlflow\n"})
+                     "record/tracking/tracker.py": "import mlflow\n"})
     assert mlflow_outside_record(tmp_path) == ["orchestrator/tracking/run.py:2"]
     found = {where: (i.name, i.noqa) for where, i in deferred(tmp_path)}
     assert found == {"orchestrator/tracking/run.py:2": ("mlflow", True), "orchestrator/tracking/run.py:3": (

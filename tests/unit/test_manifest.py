@@ -13,9 +13,9 @@ from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import make_plan
 from orchestrator.sweep.expand import load_sweep
 from record.errors import UserError
-from record.identity import run_key
+from record.identity.run_key import run_key
 from record.rundir import RunDir, atomic_write, config_text
-from trainer.config import RunConfig
+from trainer.config.run import RunConfig
 
 SWEEP = """
 defaults:

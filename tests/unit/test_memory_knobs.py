@@ -1,7 +1,8 @@
-"""The memory knobs change memory, never a gradient (trainer/config_memory.py, trainer/memory.py, trainer/policy.py).
+"""The memory knobs change memory, never a gradient (trainer/config/memory.py, trainer/model/memory.py,
+trainer/model/logprobs.py).
 
-Real parts: HF models built from published configs (random weights, reduced depth; trainer/model_shapes.py), real
-autograd, real non-reentrant checkpointing. The sharded reference is proven on two DeepSpeed ranks in
+Real parts: HF models built from published configs (random weights, reduced depth; trainer/analysis/model_shapes.py),
+real autograd, real non-reentrant checkpointing. The sharded reference is proven on two DeepSpeed ranks in
 tests/integration/test_reference_sharded.py.
 """
 
@@ -9,11 +10,11 @@ import pytest
 import torch
 
 from record.errors import ConfigError
-from trainer.config import RunConfig
-from trainer.config_memory import CHECKPOINTING_MIN_PARAMS_B, MemoryConfig
-from trainer.memory import apply_checkpointing, reference_used, wants_reference
-from trainer.model_shapes import SHAPES, tiny_hf_model
-from trainer.policy import chunked_logprobs, collate, response_logprobs
+from trainer.analysis.model_shapes import SHAPES, tiny_hf_model
+from trainer.config.memory import CHECKPOINTING_MIN_PARAMS_B, MemoryConfig
+from trainer.config.run import RunConfig
+from trainer.model.logprobs import chunked_logprobs, collate, response_logprobs
+from trainer.model.memory import apply_checkpointing, reference_used, wants_reference
 
 # Gradient checkpointing recomputes the same fp32 ops on the same inputs: on CPU the gradients agree bitwise (the
 # tolerance is 0); the chunked log-softmax sums logsumexp in another order: 1e-5 relative in fp32.

@@ -1,4 +1,5 @@
-"""The memory plan (trainer/memory_plan.py) against measurement, not against itself: bytes autograd saves for backward
+"""The memory plan (trainer/analysis/memory_plan.py) against measurement, not against itself: bytes autograd saves for
+backward
 (torch.autograd.graph.saved_tensors_hooks) on models built from published configs, random weights, depth 1 and 2
 (the difference is one layer, whatever the embedding and head); and the model-state terms against DeepSpeed's own
 ZeRO-3 estimator."""
@@ -6,9 +7,9 @@ ZeRO-3 estimator."""
 import pytest
 import torch
 
-from trainer.config import RunConfig
-from trainer.memory_plan import STATE_BYTES, layer_elements_per_token, plan
-from trainer.model_shapes import SHAPES, tiny_hf_model
+from trainer.analysis.memory_plan import STATE_BYTES, layer_elements_per_token, plan
+from trainer.analysis.model_shapes import SHAPES, tiny_hf_model
+from trainer.config.run import RunConfig
 
 TOKENS = 48
 # CPU SDPA in fp32: the formula matches the measured count within 2% (GPU flash attention keeps a little less).
@@ -47,7 +48,7 @@ def test_activation_term_matches_saved_tensors_per_token_per_layer(name, checkpo
 
 @pytest.mark.parametrize("name,gpus", [("qwen2.5-7b", 8), ("llama-3.1-8b-instruct", 8), ("qwen2.5-0.5b", 1)])
 def test_model_states_equal_deepspeeds_zero3_estimator(name, gpus):
-    from trainer.distributed import setup_environment
+    from trainer.model.distributed import setup_environment
     from trainer.train import CACHE
 
     setup_environment(CACHE)

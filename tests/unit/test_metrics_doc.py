@@ -1,4 +1,4 @@
-"""docs/metrics.md and record/keys.py list the same keys, and every key is one MLflow accepts."""
+"""docs/metrics.md and record/metric_keys.py list the same keys, and every key is one MLflow accepts."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from record.keys import EVAL_PASS_AT_K, METRICS, TAGS, VAL_SPLIT_PASS_AT_1, metric_key
-from record.tracker_keys import check_keys
+from record.metric_keys import EVAL_PASS_AT_K, METRICS, TAGS, VAL_SPLIT_PASS_AT_1, metric_key
+from record.tracking.key_rules import check_keys
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
@@ -25,7 +25,7 @@ def test_the_doc_lists_every_metric_and_tag():
 
 def test_the_doc_lists_nothing_the_module_does_not_know():
     extra = sorted(documented_keys() - METRICS.keys() - TAGS.keys())
-    assert not extra, f"add these to record/keys.py (or drop them from docs/metrics.md): {extra}"
+    assert not extra, f"add these to record/metric_keys.py (or drop them from docs/metrics.md): {extra}"
 
 
 def test_the_paper_names_are_there():

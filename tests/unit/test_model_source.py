@@ -1,12 +1,12 @@
-"""trainer/model_source.py's refusals: each bad `model.name_or_path` is one message naming the fix, and a missing
+"""trainer/model/source.py's refusals: each bad `model.name_or_path` is one message naming the fix, and a missing
 or altered wheel never reaches the conversion (the conversion itself runs in tests/integration/test_real_model_*)."""
 
 from __future__ import annotations
 
 import pytest
 
-from trainer import model_source
-from trainer.model_source import ModelSourceError, resolve
+from trainer.model import source as model_source
+from trainer.model.source import ModelSourceError, resolve
 
 
 def test_a_hub_id_passes_through_and_the_local_forms_are_checked(tmp_path):

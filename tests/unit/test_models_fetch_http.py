@@ -18,7 +18,7 @@ from huggingface_hub import constants as hf_constants
 
 from orchestrator.cluster.fetch import PATTERNS, fetch_models, human_size
 from orchestrator.cluster.paths import Resolver
-from record.weights import model_identity
+from record.identity.weights import model_identity
 from tests.support.hub_server import HubServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ TINY, GATED = "Org/Tiny", "Org/Gated"
 def served(tmp_path_factory) -> Path:
     """The tiny model's tokenizer and a model of its architecture (fast_config, random weights), saved as a hub
     repository holds them."""
-    from trainer.tiny_model import build_model, build_tokenizer, fast_config  # noqa: PLC0415 - torch
+    from trainer.model.tiny_model import build_model, build_tokenizer, fast_config  # noqa: PLC0415 - torch
 
     out = tmp_path_factory.mktemp("served")
     tokenizer = build_tokenizer()

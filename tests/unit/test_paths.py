@@ -18,7 +18,7 @@ from orchestrator.cluster import paths
 from orchestrator.cluster.paths import Resolver, missing_parts
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.tracking.check import sqlite_written_by_jobs
-from record.identity import run_key
+from record.identity.run_key import run_key
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "sweeps" / "smoke.yaml"

@@ -1,4 +1,4 @@
-"""Slurm's signals in a training job (trainer/preempt.py): the warning (SIGUSR2) means checkpoint and requeue,
+"""Slurm's signals in a training job (trainer/run/preempt.py): the warning (SIGUSR2) means checkpoint and requeue,
 SIGTERM means Slurm is ending the job (a user's scancel, even `scancel --signal=KILL`, which Slurm 22.05 delivers
 as SIGCONT, SIGTERM, then SIGKILL: measured on the local cluster) and the job must not ask to be requeued: that
 request brought killed jobs back under the same id behind the watcher's back."""
@@ -11,7 +11,7 @@ import signal
 import pytest
 import torch
 
-from trainer.preempt import Preemption
+from trainer.run.preempt import Preemption
 
 CPU = torch.device("cpu")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from eval.answers import grade
-from trainer.rewards import normalise, reward_fn
+from trainer.tasks.rewards import normalise, reward_fn
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "smollm2_completions.jsonl"
 ROWS = [json.loads(line) for line in FIXTURE.read_text(encoding="utf-8").splitlines()]

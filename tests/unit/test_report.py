@@ -1,6 +1,6 @@
 """`orchestrate report`'s pure parts (orchestrator/report/paper.py) and the command over a small sweep directory whose
 files come from the real writers: the ledger's records (orchestrator/launch/ledger.py), the collapse monitor's verdict
-and checkpoint history (trainer/collapse.py), eval_result.json as orchestrator/jobs.py writes it."""
+and checkpoint history (trainer/run/collapse.py), eval_result.json as orchestrator/jobs.py writes it."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from orchestrator.cluster.entry import write_json
 from orchestrator.launch import ledger as L
 from orchestrator.report import paper
 from orchestrator.status import cells
-from record.identity import cell_name
+from record.identity.run_key import cell_name
 from record.rundir import tag_for
-from record.tracker_ui import shown_uri
-from trainer.collapse import CollapseMonitor
+from record.tracking.ui import shown_uri
+from trainer.run.collapse import CollapseMonitor
 
 STEPS = 12
 
@@ -215,7 +215,7 @@ def test_a_report_names_a_store_without_a_machines_path_or_a_password(tmp_path, 
 def test_the_report_says_when_cells_were_evaluated_two_ways_or_trained_under_two_gradients(sweep):
     """The report reads what the evaluation and the trainer wrote (evals/<id>.json, objective.json) and says so."""
     from record.rundir import RunDir, atomic_write
-    from trainer.config import RunConfig
+    from trainer.config.run import RunConfig
     from trainer.train import objective_manifest
 
     key = next(p.name for p in sweep.iterdir() if p.name.startswith("k1reward01"))

@@ -9,7 +9,7 @@ import json
 from orchestrator.cli import main
 from orchestrator.launch.ledger import Ledger, add_attempt, new_record
 from orchestrator.report import missing, paper
-from record.run_names import MANIFEST
+from record.tracking.run_names import MANIFEST
 
 
 def sweep_of(tmp_path, cells: int):

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from trainer.rewards import countdown_reward, last_boxed, math_reward, normalise, reward_fn, tiny_reward
+from trainer.tasks.rewards import countdown_reward, last_boxed, math_reward, normalise, reward_fn, tiny_reward
 
 LAST_BOXED = [
     ("the answer is \\boxed{42}.", "42"),

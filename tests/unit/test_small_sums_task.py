@@ -1,12 +1,13 @@
-"""The small-sums task (trainer/small_sums_task.py): deterministic, disjoint splits, graded right by the training
+"""The small-sums task (trainer/tasks/small_sums.py): deterministic, disjoint splits, graded right by the training
 reward, and prompted with its worked examples as earlier chat turns."""
 
 from fractions import Fraction
 
-from trainer import small_sums_task as task
-from trainer.config import DataConfig
-from trainer.data import load_examples, prompt_text
-from trainer.rewards import reward_fn
+from trainer.config.run import DataConfig
+from trainer.tasks import small_sums as task
+from trainer.tasks.common import latex
+from trainer.tasks.data import load_examples, prompt_text
+from trainer.tasks.rewards import reward_fn
 
 
 def _value(problem: str) -> Fraction:
@@ -40,8 +41,8 @@ def test_training_reward_grades_gold_right_and_wrong_answers_wrong():
         value = _value(e["problem"])
         assert grade(f"\\boxed{{{e['answer']}}}", e) == 1.0
         assert grade(f"\\boxed{{{value.numerator}/{value.denominator}}}", e) == 1.0  # the shot's form: Math-Verify
-        assert grade(f"\\boxed{{{task.latex(value + 1)}}}", e) == 0.0
-        assert grade(f"\\boxed{{{task.latex(-value)}}}", e) == (1.0 if value == 0 else 0.0)  # the sign counts
+        assert grade(f"\\boxed{{{latex(value + 1)}}}", e) == 0.0
+        assert grade(f"\\boxed{{{latex(-value)}}}", e) == (1.0 if value == 0 else 0.0)  # the sign counts
         assert grade(e["answer"], e) == 0.0  # no box, no reward
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from eval.backends import stop_strings
-from trainer.stop_tokens import stop_token_ids, stop_tokens
+from trainer.rollout.stop_tokens import stop_token_ids, stop_tokens
 
 REPO = Path(__file__).resolve().parents[2]
 # name_or_path: (tokenizer eos_token, generation_config eos_token_id, the token that ends an assistant turn under
@@ -66,7 +66,7 @@ def test_qwen25_base_stops_at_the_end_of_turn_though_its_eos_is_endoftext(tmp_pa
 def test_the_tiny_models_real_tokenizer_stops_at_its_end_of_turn():
     from transformers import AutoTokenizer
 
-    from trainer.tiny_model import ensure_tiny_model, fast_config
+    from trainer.model.tiny_model import ensure_tiny_model, fast_config
 
     tok = AutoTokenizer.from_pretrained(ensure_tiny_model(fast_config()))
     assert stop_tokens(tok) == ["<|end|>"] and stop_token_ids(tok) == (tok.convert_tokens_to_ids("<|end|>"),)

@@ -1,4 +1,4 @@
-"""A SQLite store's schema is made once (record/tracker_store.py `ensure_store`): the next sweep into it checks in
+"""A SQLite store's schema is made once (record/tracking/store.py `ensure_store`): the next sweep into it checks in
 milliseconds that it is still there (no MLflow import), and a store replaced by a fresh file is made again."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from record.tracker_store import _schema_done, _schema_marker, ensure_store
+from record.tracking.store import _schema_done, _schema_marker, ensure_store
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -19,7 +19,7 @@ def test_the_schema_is_made_once_and_checked_without_mlflow(tmp_path):
     ensure_store(uri)
     assert db.exists() and _schema_marker(db).exists() and _schema_done(db)
     # a fresh interpreter: the second call returns without importing mlflow
-    code = (f"import sys; from record.tracker_store import ensure_store; ensure_store({uri!r}); "
+    code = (f"import sys; from record.tracking.store import ensure_store; ensure_store({uri!r}); "
             f"print('mlflow' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
@@ -32,6 +32,6 @@ def test_a_store_replaced_by_a_fresh_file_gets_its_schema_again(tmp_path):
     db.write_bytes(b"")  # an empty file where the store was: no schema in it
     assert not _schema_done(db)
     # the next sweep (a fresh process: MLflow keeps one engine per URI in a process)
-    code = f"from record.tracker_store import ensure_store; ensure_store({f'sqlite:///{db}'!r})"
+    code = f"from record.tracking.store import ensure_store; ensure_store({f'sqlite:///{db}'!r})"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True)
     assert _schema_done(db)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from orchestrator.sweep.compose import MAX_VALUES
 from orchestrator.sweep.expand import load_sweep
 from record.errors import ConfigError, UserError
-from record.fields import FIELDS
+from record.identity.fields import FIELDS
 
 # One xdist worker runs the whole module: its last test adds up what every class before it counted in SEEN.
 pytestmark = pytest.mark.xdist_group("test_sweep_hostile")

@@ -15,8 +15,8 @@ from orchestrator.cluster.profile import SlurmProfile
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.sweep.memory import plan_report
 from record.errors import ConfigError
-from trainer.config import RunConfig
-from trainer.memory_plan import eval_plan
+from trainer.analysis.memory_plan import eval_plan
+from trainer.config.run import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]
 

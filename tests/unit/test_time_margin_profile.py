@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from trainer.memory_plan import STEP_IN_FLIGHT_S, checkpoint_gb, save_seconds
-from trainer.model_shapes import SHAPES
+from trainer.analysis.memory_plan import STEP_IN_FLIGHT_S, checkpoint_gb, save_seconds
+from trainer.analysis.model_shapes import SHAPES
 
 PROFILE = Path(__file__).resolve().parents[2] / "slurm" / "profiles" / "a100.yaml"
 PAPER = {"qwen2.5-7b": 2, "llama-3.1-8b-instruct": 2, "qwen3-4b-instruct-2507": 1}  # model: nodes (appendix B)

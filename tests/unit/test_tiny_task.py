@@ -6,8 +6,9 @@ import re
 
 import pytest
 
-from trainer import tiny_task
-from trainer.rewards import tiny_reward
+from trainer.tasks import tiny as tiny_task
+from trainer.tasks.common import read_jsonl
+from trainer.tasks.rewards import tiny_reward
 
 
 def _operands(example: dict) -> tuple[int, str, int]:
@@ -77,5 +78,5 @@ def test_bad_arguments():
 
 def test_jsonl_round_trip(tmp_path):
     path = tiny_task.write_split("test", tmp_path / "sub" / "test.jsonl", n=25, seed=0)
-    assert tiny_task.read_jsonl(path) == tiny_task.make_split("test", 25, seed=0)
+    assert read_jsonl(path) == tiny_task.make_split("test", 25, seed=0)
     assert len(path.read_text().splitlines()) == 25

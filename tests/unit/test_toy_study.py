@@ -5,7 +5,7 @@ import json
 import torch
 
 from orchestrator.cli import main
-from trainer.toy_study import EXTRA_CONFIGS, PAPER_CONFIGS, run_study, to_json
+from trainer.analysis.toy_study import EXTRA_CONFIGS, PAPER_CONFIGS, run_study, to_json
 
 FIELDS = {"estimator", "placement", "T", "mean_grad", "exact_grad", "bias_sq", "variance", "stderr"}
 

@@ -11,12 +11,12 @@ import json
 import pytest
 import requests
 
-from record.tracker import MlflowTracker
-from record.tracker_buffer import OfflineBuffer, is_transient
-from record.tracker_keys import TrackingKeyError, check_keys, flatten_params, metric_points
-from record.tracker_null import NullTracker, Tracker
-from record.tracker_ui import experiment_url
-from trainer.collapse_rules import CollapseVerdict
+from record.tracking.buffer import OfflineBuffer, is_transient
+from record.tracking.key_rules import TrackingKeyError, check_keys, flatten_params, metric_points
+from record.tracking.null import NullTracker, Tracker
+from record.tracking.tracker import MlflowTracker
+from record.tracking.ui import experiment_url
+from trainer.run.collapse_rules import CollapseVerdict
 
 
 def test_an_at_sign_is_refused_naming_the_key_and_the_fix():

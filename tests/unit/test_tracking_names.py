@@ -17,9 +17,9 @@ from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import make_plan
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.tracking.sweep_run import close_parent, links, summary_fields
-from record.run_names import axis_params, sweep_tags
-from record.tracker import MlflowTracker
-from record.tracker_ui import compare_url, experiment_url, lead_first, serve_command
+from record.tracking.run_names import axis_params, sweep_tags
+from record.tracking.tracker import MlflowTracker
+from record.tracking.ui import compare_url, experiment_url, lead_first, serve_command
 
 mlflow = pytest.importorskip("mlflow")
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import logging
 import warnings
 
 from orchestrator.cli import main
-from trainer.progress import StepProgress, quiet_third_party
+from trainer.run.progress import StepProgress, quiet_third_party
 
 METRICS = {"train/reward_mean": 0.53125, "train/kl_k1": 0.0123456, "perf/step_time_s": 2.414}
 
@@ -28,7 +28,7 @@ def test_a_job_log_gets_a_line_at_the_first_and_last_step_and_every_n():
 
 def test_a_job_log_gets_a_line_every_interval(monkeypatch):
     out, now = io.StringIO(), [0.0]
-    monkeypatch.setattr("trainer.progress.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("trainer.run.progress.time.monotonic", lambda: now[0])
     progress = StepProgress(10, 1000, interactive=False, every_s=30, every_steps=10**6, out=out)
     for step in range(11, 21):
         now[0] += 10.0  # ten seconds a step: a line every third step, after the first

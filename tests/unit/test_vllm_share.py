@@ -13,9 +13,9 @@ from orchestrator.cli import main
 from orchestrator.cluster.profile import SlurmProfile
 from orchestrator.sweep.expand import load_sweep
 from record.errors import ConfigError
-from trainer.config import RolloutConfig
-from trainer.memory_plan import GB, plan
-from trainer.model_shapes import shape_of
+from trainer.analysis.memory_plan import GB, plan
+from trainer.analysis.model_shapes import shape_of
+from trainer.config.run import RolloutConfig
 
 REPO = Path(__file__).resolve().parents[2]
 ONPOLICY = REPO / "sweeps" / "onpolicy.yaml"

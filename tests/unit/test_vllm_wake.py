@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainer import rollout_vllm
-from trainer.rollout_vllm import VLLMEngine
+from trainer.rollout import vllm_engine as rollout_vllm
+from trainer.rollout.vllm_engine import VLLMEngine
 
 
 class Recorder:

@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from record.weights import SAMPLE_BYTES, model_identity, write_record
+from record.identity.weights import SAMPLE_BYTES, model_identity, write_record
 
 
 def model_dir(root: Path, name: str, first: bytes = b"\x01", size: int = 3 * SAMPLE_BYTES) -> Path:

@@ -1,0 +1,79 @@
+"""MLflow across a sweep's runs, for the login node: closing the sweep's parent run once every cell is final, and
+reading the cells' metric histories for the report. Found through the `mlflow_run.json` each opened cell leaves in
+its run directory (record/tracking/tracker.py `read_run_file`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from record.tracking.buffer import is_transient
+from record.tracking.key_rules import check_close_status, check_keys, metric_points
+from record.tracking.tracker import read_run_file
+
+
+def close_sweep_parent(run_dirs: Iterable[Path], status: str, tags: Mapping[str, str] | None = None,
+                       metrics: Mapping[str, float] | None = None) -> str:
+    """Set `tags` and `metrics` (the sweep and its summary; metrics at step 0, the latest value wins) on the
+    sweep's parent run, then mark it terminated with `status`; the parent is found through the first cell that
+    opened its run. Returns what was done, for the person watching; an unreachable store is reported, not
+    raised: the parent is a summary, and the next `orchestrate watch` of the settled sweep tries again."""
+    check_close_status(status)
+    for run_dir in run_dirs:
+        info = read_run_file(Path(run_dir))
+        if info.get("parent_run_id"):
+            break
+    else:
+        return "no cell has opened an MLflow run under a sweep parent; nothing to close"
+    check_keys(tags or {}, "tag")
+    points = metric_points(metrics or {}, 0)
+    from mlflow import MlflowClient  # noqa: PLC0415 (mlflow: only when a parent is closed)
+    from mlflow.entities import Metric, RunTag  # noqa: PLC0415
+
+    try:
+        client, parent = MlflowClient(tracking_uri=info["tracking_uri"]), info["parent_run_id"]
+        client.log_batch(parent, metrics=[Metric(k, v, ts, step) for k, v, step, ts in points],
+                         tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()])
+        client.set_terminated(parent, status)
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        return f"MLflow store unreachable ({exc}); the sweep's parent run keeps its status"
+    return f"MLflow: sweep parent run {info['parent_run_id']} marked {status}"
+
+
+def metric_histories(tracking_uri: str, run_ids: Mapping[str, str],
+                     keys: Iterable[str]) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """What `orchestrate report` draws: each run's history of `keys`, {run_key: {key: [(step, value), ...] by
+    step}}, from the store at `tracking_uri`; `run_ids` maps run_key -> MLflow run id (mlflow_run.json). A key
+    a run never logged is left out; a run the store lacks (deleted) maps to {}. Raises ConnectionError when the
+    store cannot be reached, a missing SQLite file included: reading never creates a store."""
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri[len("sqlite:///"):].split("?", 1)[0])
+        if not db.is_file():
+            raise ConnectionError(f"no MLflow database at {db}")
+    # A report waits for one short timeout, not MLflow's default of 7 retries with backoff (minutes).
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
+    from mlflow import MlflowClient  # noqa: PLC0415 (mlflow: only when a report reads histories)
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415
+
+    client, wanted, out = MlflowClient(tracking_uri=tracking_uri), set(keys), {}
+    try:
+        for run_key, run_id in run_ids.items():
+            try:
+                logged = client.get_run(run_id).data.metrics
+            except MlflowException as exc:
+                if is_transient(exc):
+                    raise
+                out[run_key] = {}
+                continue
+            out[run_key] = {k: sorted((int(m.step), float(m.value)) for m in client.get_metric_history(run_id, k))
+                            for k in sorted(wanted & logged.keys())}
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        raise ConnectionError(f"MLflow store {tracking_uri} unreachable ({exc})") from exc
+    return out

