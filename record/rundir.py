@@ -11,6 +11,7 @@
         checkpoints/latest.json             {"tag", "step"} of the last whole checkpoint, written last (trainer)
         last_metrics.json, logged_step      the last step delivered to the tracker, with its metrics (trainer)
         verdict.json                        the collapse verdict, rewritten every step (trainer)
+        requeues.jsonl                      each requeue the job asked Slurm for: by whom, why, at which step (trainer)
         objective.json                      the KL objective as the trainer understood it (trainer)
         mlflow_run.json                     where its MLflow run and parent live (tracker)
         tracking_artifacts/                 files the tracker wrote to log them as artifacts (tracker)
@@ -244,6 +245,10 @@ class RunDir:
     @property
     def verdict(self) -> Path:
         return self.path / "verdict.json"
+
+    @property
+    def requeues(self) -> Path:
+        return self.path / "requeues.jsonl"
 
     def export(self, step: int) -> Path:
         return self.path / "export" / tag_for(step)

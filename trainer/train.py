@@ -63,7 +63,7 @@ from trainer.rollout.sampler import BatchSampler, RolloutQueue, Sampled
 from trainer.run import checkpoint, export
 from trainer.run.collapse import CollapseMonitor
 from trainer.run.collapse_rules import CollapseConfig
-from trainer.run.preempt import Preemption, requeue_self
+from trainer.run.preempt import Preemption, install, requeue_self
 from trainer.run.progress import StepProgress, quiet_third_party
 from trainer.run.validation import pass_at_1
 from trainer.tasks.data import load_examples
@@ -145,11 +145,14 @@ class _Run:
 
 def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
     """The loop: `_step` until the last step, a collapse (with on_collapse: stop) or a preemption."""
-    preempt = Preemption()  # before the setup: a warning while the models load (minutes) must not kill the job
+    # The job's handler (installed at its start, orchestrator/cluster/entry.py), or this run's (a shell, a test):
+    # before the setup either way, so a warning while the models load (minutes) does not kill the job.
+    preempt, mine = install()
     try:
         run = _setup(cfg, ctx, dist)
     except BaseException:
-        preempt.restore()
+        if mine:
+            preempt.restore()
         raise
     last, status = {}, "FINISHED"
     progress = StepProgress(run.start_step, cfg.optim.steps, enabled=dist.is_main)
@@ -165,8 +168,13 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
             if preempted:
                 status = "KILLED"
                 run.tracker.close(status)
-                if preempt.requeue:  # the warning signal; a SIGTERM is Slurm ending the job (trainer/run/preempt.py)
-                    requeue_self()
+                # The warning signal; a SIGTERM is Slurm ending the job (trainer/run/preempt.py). One request, from
+                # rank 0, once every rank's checkpoint is whole: it requeues every task of the job. The other ranks
+                # wait for it (the all-reduce): a task that exits first could end the job before the request.
+                if preempt.requeue:
+                    if dist.is_main:
+                        requeue_self(ctx.run_dir, run.start_step if early else step + 1)  # the checkpoint's step
+                    distributed.all_reduce_max([0.0], dist.device)
                 return {"metrics": last, "verdict": run.monitor.verdict_dict(), "preempted": True}
             if stop:
                 break
@@ -177,7 +185,8 @@ def _train(cfg: RunConfig, ctx: RunContext, dist: distributed.DistInfo) -> dict:
         raise
     finally:
         progress.close()
-        preempt.restore()
+        if mine:
+            preempt.restore()
         run.rollout.close()
         if status != "KILLED":  # preempted: closed above at once, its time limit is near
             run.tracker.close(status, wait_s=TRACKING_CLOSE_WAIT_S)

@@ -7,8 +7,9 @@ at submission.
 folder (`<job>_<task>_0_log.out`, ...): submitit's own layout, a folder per task, is a directory per cell made at
 submission, without which Slurm cannot open a task's log. At its start the task writes submitit's own per-task pickle
 (`<job>_<task>_submitted.pkl`) from its entry of the array's file (SLURM_ARRAY_TASK_ID), unless it is there (a
-requeue: submitit's checkpoint rewrote it), then hands over to submitit's `process_job`: its warning-signal
-handler, requeue, result pickle and logs are submitit's as for any job. A single job runs
+requeue: the first run wrote it), then hands over to submitit's `process_job`: its result pickle and logs are
+submitit's as for any job, and so is an evaluation job's warning-signal handler; a training job replaces that
+handler at its first line (trainer/run/preempt.py owns its requeue). A single job runs
 `python -m orchestrator.cluster.arrays --single FOLDER`, submitit's `_submit` but for its end (`finish`); every job
 an older orchestrator submitted (per-task pickles written at submission) runs `submitit.core._submit` as before.
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from orchestrator.cluster.environment import record_job_environment
 from record.rundir import RunDir, atomic_write
+from trainer.run.preempt import install
 from trainer.run.progress import quiet_third_party
 
 TRAIN_ENTRY = "orchestrator.jobs:train_job"
@@ -42,6 +43,9 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def run_train(entry: str, run_dir: str):
+    """Train one cell. Slurm's signals are the trainer's from the first line (trainer/run/preempt.py owns a training
+    job's requeue): submitit's handlers, installed before this call, would requeue from wherever a warning lands."""
+    install()  # kept for the job's life: the loop reuses it; nothing is restored when the job ends
     # every rank: a rank that reads config.yaml before rank 0 wrote it would not find it (the same text by rename)
     RunDir(run_dir).ensure_config()
     if is_rank0():  # what this launch was given, to compare with a resubmission's (orchestrator/cluster/environment.py)

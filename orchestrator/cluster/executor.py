@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 import submitit
 from submitit.core.utils import FailedJobError, FailedSubmissionError
-from submitit.helpers import Checkpointable, DelayedSubmission
 from submitit.slurm.slurm import _make_sbatch_string
 
 from orchestrator.cluster import query
@@ -41,19 +40,18 @@ if TYPE_CHECKING:  # types only: the plan and the sweep are what launch/ makes; 
 
 # --- the callables submitit pickles into each job ------------------------------------------------------------------
 
-class TrainJob(Checkpointable):
-    """One cell's training call. On the warning signal before a time limit or a preemption, submitit calls
-    `checkpoint()` and requeues the same call (same job id, so its chained evaluation keeps waiting); the
-    trainer resumes from `<run_dir>/checkpoints/latest.json` by itself."""
+class TrainJob:
+    """One cell's training call. On the warning signal before a time limit or a preemption, the trainer checkpoints
+    at its next step boundary and asks Slurm to requeue the job (trainer/run/preempt.py, the one owner: `run_train`
+    puts its handler in place of submitit's first). The requeued job keeps its id, so its chained evaluation keeps
+    waiting, and the trainer resumes from `<run_dir>/checkpoints/latest.json` by itself. Not a submitit
+    `Checkpointable`: submitit's requeue would be a second mechanism for the same decision."""
 
     def __init__(self, entry: str = TRAIN_ENTRY):
         self.entry = entry
 
     def __call__(self, run_dir: str):
         return run_train(self.entry, run_dir)
-
-    def checkpoint(self, run_dir: str) -> DelayedSubmission:
-        return DelayedSubmission(TrainJob(self.entry), run_dir)
 
 
 class EvalJob:

@@ -22,7 +22,7 @@ import pytest
 
 from orchestrator.tracking.server import up
 from tests.support.fault_inject import elapsed_s, fill, hung, job_log, requeues, wait_for_the_build, wait_until_killed
-from tests.support.fault_row import histories, measured
+from tests.support.fault_row import histories, measured, trainer_requeues
 from tests.support.fault_sweep import REAL, REAL_CELL, FaultSweep, job_environment
 from tests.support.slurm_queue import step_pids
 from tests.support.tracking_server import kill_mlflow, server_fixture
@@ -159,6 +159,11 @@ def test_the_warning_signal_in_time_checkpoints_and_requeues_in_place(cell, refe
     trains = [j for j in record["jobs"] if j["kind"] == "train"]
     assert len(trains) == 1, trains  # the same job, requeued by itself
     assert requeues(frozen.job_id) == 1, f"job {frozen.job_id} was not requeued in place"
+    # One owner: the trainer asked once, from rank 0, at the step it had checkpointed (a second request, submitit's,
+    # would show as a second requeue in sacct above).
+    asked = trainer_requeues(fs.run_dir)
+    assert [(r["by"], r["accepted"]) for r in asked] == [("trainer/run/preempt.py", True)], asked
+    assert asked[0]["step"] >= frozen.latest["step"], (asked, frozen.latest)  # the checkpoint it resumes from
     measured("timeout-signal", "time limit, warning signal (USR2) in time",
              f"scancel --signal=USR2 (what --signal=USR2@delay sends before the limit) to the job stopped at its "
              f"step-{frozen.latest['step']} checkpoint, resumed once the signal was pending", fs, reference,
@@ -191,6 +196,7 @@ def test_the_time_limit_without_a_warning_resumes_from_the_last_periodic_checkpo
     record = fs.follow()
     first = [j for j in record["jobs"] if j["kind"] == "train"][0]
     assert first["state"] == "TIMEOUT", first
+    assert trainer_requeues(fs.run_dir) == [], "no warning reached the trainer, yet it asked for a requeue"
     measured("timeout-no-signal", "time limit, no warning signal in time",
              f"the job hung (cgroup freezer) at its step-{frozen.latest['step']} checkpoint, then scontrol update "
              f"TimeLimit=1 once it had run over a minute; thawed once Slurm's SIGKILL was pending", fs, reference,
@@ -209,6 +215,7 @@ def test_scontrol_requeue_restarts_the_same_job_from_its_checkpoint(cell, refere
     record = fs.follow()
     assert len([j for j in record["jobs"] if j["kind"] == "train"]) == 1, record["jobs"]
     assert requeues(frozen.job_id) == 1, f"job {frozen.job_id} was not requeued in place"
+    assert trainer_requeues(fs.run_dir) == [], "Slurm's requeue ends the job with SIGTERM: the trainer asks for none"
     measured("requeue", "preemption-style requeue",
              f"scontrol requeue of the job stopped (SIGSTOP) at its step-{frozen.latest['step']} checkpoint", fs,
              reference, started)

@@ -22,8 +22,8 @@ ORDER = ["sigkill-job", "sigkill-rank", "node-fail-2-nodes", "timeout-signal",
          "timeout-no-signal", "requeue", "scancel", "orchestrator-before-sbatch", "orchestrator-after-sbatch",
          "watcher-poll-before", "watcher-poll-after", "store-unreachable", "disk-full", "corrupt-checkpoint",
          "collapsed"]
-COLUMNS = ("fault", "how injected", "what the orchestrator decided", "runs finished", "metrics = undisturbed",
-           "jobs (duplicates)", "metric steps duplicate / lost", "test s")
+COLUMNS = ("fault", "how injected", "what the orchestrator decided", "which code acted", "runs finished",
+           "metrics = undisturbed", "jobs (duplicates)", "metric steps duplicate / lost", "test s")
 
 
 @dataclass
@@ -37,10 +37,11 @@ class Row:
     jobs: str  # "2 train + 1 eval (0 duplicate)"
     steps: str  # "0 / 0 (MLflow 8 steps x 14 keys; run dir logged_step 8)"
     seconds: float = 0.0
+    acted: str = ""  # who requeued or resubmitted: the trainer (its requeues.jsonl), Slurm in place, the watcher
 
     def cells(self) -> list[str]:
-        return [self.fault, self.injected, self.decided, self.finished, self.metrics_equal, self.jobs, self.steps,
-                f"{self.seconds:.0f}"]
+        return [self.fault, self.injected, self.decided, self.acted, self.finished, self.metrics_equal, self.jobs,
+                self.steps, f"{self.seconds:.0f}"]
 
 
 def histories(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
@@ -97,6 +98,36 @@ def job_counts(records: list[dict], since: float) -> tuple[str, int]:
     return f"{len(ids['train'])} train + {len(ids['eval'])} eval ({duplicate} duplicate{requeued})", duplicate
 
 
+def trainer_requeues(run_dir: Path) -> list[dict]:
+    """The requeues the trainer asked Slurm for (trainer/run/preempt.py writes one line per request)."""
+    from record.rundir import RunDir
+
+    path = RunDir(run_dir).requeues
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+
+def in_place_requeues(record: dict) -> int:
+    """How many times Slurm ran a training job of the cell again under its own id (sacct -D)."""
+    from tests.support.fault_inject import requeues
+
+    return sum(requeues(j["job_id"]) for j in record["jobs"] if j["kind"] == "train" and j["job_id"])
+
+
+def acted(record: dict) -> str:
+    """Which code requeued or resubmitted the cell: the trainer's requests (with their steps), the in-place
+    requeues nobody in the job asked for (Slurm's own, or a user's `scontrol requeue`), the watcher's resubmits."""
+    asked = trainer_requeues(Path(record["run_dir"]))
+    parts = [f"trainer/run/preempt.py asked Slurm to requeue at step {', '.join(str(r['step']) for r in asked)}"
+             ] if asked else []
+    other = in_place_requeues(record) - sum(r["accepted"] for r in asked)
+    if other > 0:
+        parts.append(f"Slurm requeued in place {other}x, not asked by the job")
+    resubmits = sum(d["action"] == "resubmit" for d in record.get("decisions", []))
+    if resubmits:
+        parts.append(f"the watcher resubmitted {resubmits}x")
+    return "; ".join(parts) or "no requeue, no resubmission"
+
+
 def decisions(record: dict) -> str:
     """The watcher's and launcher's decisions for a cell, in order, then its final status."""
     seen = [d["action"] for d in record.get("decisions", []) if d["action"] not in ("submit", "start")]
@@ -110,7 +141,7 @@ def probe_row(rid: str, fault: str, injected: str, record: dict, since: float, f
     latest = Path(record["run_dir"]) / "checkpoints" / "latest.json"
     step = json.loads(latest.read_text())["step"] if latest.exists() else "none"
     return write(Row(rid, fault, injected, decisions(record), finished, "n/a (probe job, no metrics)", jobs,
-                     f"n/a (probe; last checkpoint step {step})", seconds))
+                     f"n/a (probe; last checkpoint step {step})", seconds, acted(record)))
 
 
 def write(row: Row) -> Row:
@@ -142,7 +173,7 @@ def measured(rid: str, fault: str, injected: str, fs, reference: dict, started: 
     jobs, duplicate_jobs = job_counts([record], fs.started)
     finished = record["final"]["status"] == "completed"
     row = write(Row(rid, fault, injected, decisions(record), "1/1" if finished else "0/1", equal, jobs, steps,
-                    time.monotonic() - started))
+                    time.monotonic() - started, acted(record)))
     assert (finished, equal, duplicate_jobs, duplicate_steps, lost) == (True, "yes", 0, 0, 0), row
     return row
 

@@ -6,18 +6,20 @@ import os
 import time
 from pathlib import Path
 
-import submitit
 
-
-class TrainFromYaml(submitit.helpers.Checkpointable):
+class TrainFromYaml:
     """One rank of a training run from a run config YAML.
 
-    Checkpointable, so that a warning signal arriving before the trainer has installed its own handler (during
-    imports) still requeues the job; once training runs, the trainer's handler checkpoints at the next step and
-    requeues. After asking for a requeue it blocks, so that Slurm, not this attempt, ends the job.
+    As a sweep's training job (orchestrator/cluster/entry.py `run_train`), the trainer's signal handler replaces
+    submitit's first, so that a warning during the imports is the trainer's too: it checkpoints at the next step
+    and asks for the requeue (trainer/run/preempt.py). After asking it blocks, so that Slurm, not this attempt, ends
+    the job.
     """
 
     def __call__(self, config_path: str, run_dir: str) -> dict:
+        from trainer.run.preempt import install
+
+        install()
         from orchestrator.commands.train import load_run_config
         from record.identity.run_key import run_key
         from trainer.train import RunContext, train
