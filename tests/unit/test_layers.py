@@ -29,6 +29,11 @@ ALLOWED = {"record": set(), "trainer": {"record"}, "eval": {"record", "trainer"}
 # modules, HELPERS). commands/ and cli.py sit above them all.
 ORDER = ("cluster", "sweep", "launch", "preflight", "status", "tracking", "watch", "report")
 HELPERS = ("console", "arguments")
+# trainer/'s and record/'s folders in the same way, "(top)" standing for the package's own top-level modules: the
+# trainer's loop (train.py, batch.py) sits above the folders a job runs and below the login node's analysis, which
+# no job imports; record's shared modules (errors, checks, rundir, metric_keys, ...) sit below identity and tracking.
+FOLDERS = {"trainer": ("config", "objective", "tasks", "model", "rollout", "run", "(top)", "analysis"),
+           "record": ("(top)", "identity", "tracking")}
 HEAVY = ("hydra", "omegaconf", "torch", "mlflow", "deepspeed", "transformers", "vllm", "lm_eval", "matplotlib",
          "reasoning_gym", "math_verify", "datasets", "huggingface_hub")
 
@@ -169,6 +174,25 @@ def backward_arrows(root: Path = REPO) -> list[str]:
     return wrong
 
 
+def folder_arrows(package: str, order: tuple[str, ...], root: Path = REPO) -> list[str]:
+    """Imports inside `package` from one of its folders into one later in `order`. Type-only imports included: a
+    folder that needs a later one's type holds two ideas."""
+    def place(parts: list[str]) -> str:
+        return parts[0] if len(parts) > 1 else "(top)"
+
+    wrong = []
+    for path in modules(package, root):
+        own = place(list(path.relative_to(root / package).parts))
+        for i in imports(path, root):
+            target = i.name.split(".")
+            if target[0] != package or len(target) < 2:
+                continue
+            theirs = place(target[1:]) if _is_module(".".join(target[:3]), root) or len(target) == 2 else target[1]
+            if theirs != own and (theirs not in order or order.index(theirs) > order.index(own)):
+                wrong.append(f"{path.relative_to(root)}:{i.line} ({own}) imports {i.name} ({theirs})")
+    return wrong
+
+
 def command_imports(root: Path = REPO) -> list[str]:
     return [f"{path.relative_to(root)}:{i.line} imports {i.name}" for path in modules("orchestrator/commands", root)
             if path.name != "__init__.py" for i in imports(path, root)
@@ -227,6 +251,28 @@ def test_orchestrators_subpackages_import_only_those_before_them_in_the_flow():
     assert not wrong, f"orchestrator's subpackages go {' -> '.join(ORDER)}:\n" + "\n".join(wrong)
     present = {p.name for p in (REPO / "orchestrator").iterdir() if (p / "__init__.py").is_file()}
     assert present == {*ORDER, "commands"}, "a new subpackage takes its place in ORDER (and docs/architecture.md)"
+
+
+@pytest.mark.parametrize("package", sorted(FOLDERS))
+def test_trainer_and_record_folders_import_only_those_before_them(package):
+    order = FOLDERS[package]
+    wrong = folder_arrows(package, order)
+    assert not wrong, f"{package}/'s folders go {' -> '.join(order)}:\n" + "\n".join(wrong)
+    present = {p.name for p in (REPO / package).iterdir() if (p / "__init__.py").is_file()}
+    assert present == set(order) - {"(top)"}, f"a new folder of {package}/ takes its place in FOLDERS"
+
+
+def test_the_folder_order_check_sees_a_backward_import(tmp_path):
+    (tmp_path / "trainer" / "config").mkdir(parents=True)
+    (tmp_path / "trainer" / "run").mkdir()
+    for init in ("trainer", "trainer/config", "trainer/run"):
+        (tmp_path / init / "__init__.py").write_text("")
+    (tmp_path / "trainer" / "run" / "preempt.py").write_text("")
+    (tmp_path / "trainer" / "train.py").write_text("from trainer.run import preempt\n")
+    (tmp_path / "trainer" / "config" / "run.py").write_text("from trainer.run import preempt\nimport trainer.train\n")
+    assert folder_arrows("trainer", FOLDERS["trainer"], tmp_path) == [
+        "trainer/config/run.py:1 (config) imports trainer.run.preempt (run)",
+        "trainer/config/run.py:2 (config) imports trainer.train ((top))"]
 
 
 def test_no_module_imports_itself_round_a_circle():
