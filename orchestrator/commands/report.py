@@ -14,7 +14,7 @@ from orchestrator.report import baselines as base_models
 from orchestrator.status.baselines import baseline_rows, current_baselines
 from orchestrator.status.cells import cell_rows, current_records, run_config
 from orchestrator.sweep.locate import sweep_dir_of
-from record.identity.run_key import cell_name
+from record.display import cell_name
 from record.rundir import RunDir, read_json
 from record.tracking.run_names import read_manifest
 from record.tracking.sweep import metric_histories

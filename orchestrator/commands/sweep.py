@@ -42,8 +42,8 @@ from orchestrator.sweep.memory import plan_report
 from orchestrator.tracking.check import check_stores, sqlite_written_by_jobs
 from orchestrator.watch.follow import follow
 from orchestrator.watch.job import DEFAULT_POLL_S, Starter
+from record.display import format_value
 from record.errors import UserError, raise_if
-from record.identity.run_key import format_value
 
 EXAMPLES = """examples:
   orchestrate sweep --dry-run sweeps/onpolicy.yaml

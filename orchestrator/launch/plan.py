@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from orchestrator.cluster.profile import SlurmResources
 from orchestrator.launch.ledger import LIVE, latest
 from orchestrator.sweep.expand import Sweep
-from record.identity.run_key import format_value
+from record.display import format_value
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from orchestrator.report import paper
-from record.identity.run_key import cell_name
+from record.display import cell_name
 
 METRIC = "val/pass_at_1"
 ASYNC_KEY = "rollout.async_level"

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 
 from orchestrator.report import missing
 from orchestrator.status import outcomes
-from record.identity.run_key import cell_name, format_value
+from record.display import cell_name, format_value
 
 # The curves of Figures 2-4 (the paper plots held-out pass@1; KL, reward and length say why it moved).
 CURVES = {"train/kl_k1": "KL (k1, nats/sequence)", "train/reward_mean": "training reward",

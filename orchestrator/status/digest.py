@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.status import outcomes
-from record.identity.run_key import format_value
+from record.display import format_value
 
 SUMMARY_ABOVE = 200  # cells: above this, status prints this digest and the full table only with --all
 GROUP_VALUES = 12  # an axis with at most this many values groups the counts (beta and seed grids have more)

@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Mapping
 
 from orchestrator.launch.ledger import attempts, cell_status, latest
-from record.identity.run_key import cell_name, format_value
+from record.display import cell_name, format_value
 
 MEAN_AT_K = re.compile(r"eval/(?P<task>[^/]+)/mean_at_(?P<k>\d+)")
 REWARD = "train/reward_mean"  # the final reward of the summary: the last value the run directory holds

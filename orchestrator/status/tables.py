@@ -16,7 +16,7 @@ from orchestrator.status.baselines import baseline_rows
 from orchestrator.status.cells import cell_rows
 from orchestrator.status.current import read
 from orchestrator.status.digest import SUMMARY_ABOVE, digest
-from record.identity.run_key import format_value
+from record.display import format_value
 
 METRICS = ("train/reward_mean", "train/kl_k1", "val/pass_at_1", "train/response_length")  # shown when present
 

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.sweep.config_tree import edit, has_interpolation
+from record.display import format_value
 from record.errors import ConfigError
-from record.identity.run_key import canonical_json, format_value
+from record.identity.run_key import canonical_json
 from trainer.config.run import RunConfig
 
 HASH_HEX = 8

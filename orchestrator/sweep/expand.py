@@ -36,8 +36,9 @@ from orchestrator.sweep.config_tree import (
     resolve_references,
 )
 from orchestrator.sweep.spec import Axis, SweepSpec, parse_override_values
+from record.display import cell_name, format_value
 from record.errors import ConfigError
-from record.identity.run_key import cell_name, format_value, run_key
+from record.identity.run_key import run_key
 from trainer.config.run import RunConfig
 
 SHOWN_CELLS = 3  # a problem shared by more cells names the first few and counts the rest

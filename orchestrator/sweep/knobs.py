@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.sweep.expand import Sweep
-from record.identity.run_key import format_value
+from record.display import format_value
 
 JUDGED = ("kl.", "algorithm.")
 # Thresholds whose effect depends on the magnitudes a run meets (log-ratios, importance ratios, reward spreads): the

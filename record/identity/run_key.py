@@ -1,5 +1,5 @@
-"""run_key: the identity of one cell, a hash of what its training computes (STYLE.md rule 7); eval_id, its
-evaluation's; and the cell's readable name.
+"""run_key: the identity of one cell, a hash of what its training computes (STYLE.md rule 7); and eval_id, its
+evaluation's (a cell's readable name is not an identity: record/display.py).
 
 The same key names the run dir, the Slurm job and the MLflow run, which is what makes a relaunch idempotent:
 the same sweep gives the same keys on any machine, in any process, in any dict order; any change to what the
@@ -14,7 +14,6 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import fields, is_dataclass
-from typing import Any
 
 from record.identity import fields as fields_table
 from record.identity.weights import model_identity
@@ -121,35 +120,3 @@ def _sorted_fields(cls: type) -> tuple[tuple[str, str, bool], ...]:
 def _section_json(name: str, section) -> str:
     return canonical_json(_section(name, {f.name: getattr(section, f.name) for f in fields(section)},
                                    fields_table.COMPUTES))
-
-
-def format_value(value: Any) -> str:
-    """An axis value as Hydra's override syntax writes it: 0.1, 1 (for 1.0), true, null, [a,b]."""
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(format_value(v) for v in value) + "]"
-    if isinstance(value, bool) or value is None:
-        return {True: "true", False: "false", None: "null"}[value]
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return str(value)
-
-
-_NAME_ORDER = {"kl.estimator": 2, "kl.placement": 3, "kl.beta": 4, "seed": 9}  # groups (model) come first
-
-
-def cell_name(axes: tuple[tuple[str, Any], ...]) -> str:
-    """A readable name from a cell's axis values, e.g. qwen2.5-7b-k3-reward-b0.1-s0. Not an identity: the
-    run_key is (expansion suffixes names that clash with the key's first digits)."""
-    parts = []
-    for key, value in sorted(axes, key=lambda kv: _NAME_ORDER.get(kv[0], 1 if "." not in kv[0] else 5)):
-        if isinstance(value, (list, tuple, Mapping)):
-            continue  # e.g. eval.tasks: too long for a name
-        if key == "seed":
-            parts.append(f"s{value}")
-        elif key == "kl.beta":
-            parts.append(f"b{format_value(value)}")
-        elif key in ("kl.estimator", "kl.placement") or "." not in key:
-            parts.append(format_value(value))
-        else:
-            parts.append(f"{key.rsplit('.', 1)[-1]}{format_value(value)}")
-    return "-".join(parts).replace(" ", "")

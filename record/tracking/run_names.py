@@ -9,7 +9,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from record.identity.run_key import cell_name, format_value
+from record.display import cell_name, format_value
 from record.metric_keys import eval_metric_keys
 from record.tracking.key_rules import flatten_params
 from record.tracking.ui import VIEW_TAG_PREFIX, sweep_view, view_key

@@ -15,7 +15,7 @@ from orchestrator.cluster.entry import write_json
 from orchestrator.launch import ledger as L
 from orchestrator.report import paper
 from orchestrator.status import cells
-from record.identity.run_key import cell_name
+from record.display import cell_name
 from record.rundir import tag_for
 from record.tracking.ui import shown_uri
 from trainer.run.collapse import CollapseMonitor
