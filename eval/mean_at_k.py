@@ -10,7 +10,6 @@ Every metric of a task is the mean of these per-problem values over its problems
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 
@@ -35,11 +34,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     for i in range(n - c + 1, n + 1):
         prod *= 1.0 - k / i
     return 1.0 - prod
-
-
-def pass_at_k_exact(n: int, c: int, k: int) -> float:
-    """The same estimator with exact binomials: the reference the stable form is tested against."""
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def maj_at_k(answers: Sequence[str | None], correct: Sequence[float]) -> float:

@@ -10,8 +10,6 @@ import os
 import shutil
 from pathlib import Path
 
-from orchestrator.cluster.site import SiteSetup, prologue
-
 REPO = Path(__file__).resolve().parents[2]  # the checkout this code runs from
 PACKAGES = ("orchestrator", "trainer", "eval", "record")  # what a job imports; copied into every snapshot
 MAX_SNAPSHOT_FILE = 5 * 1024**2  # larger files are data, not code: left out
@@ -43,7 +41,3 @@ def snapshot_code(sweep_dir: Path, repo: Path = REPO) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
     return target
 
-
-def setup_lines(code: Path | str) -> list[str]:
-    """The shell lines before a job's python with no site setup (orchestrator/cluster/site.py `prologue`)."""
-    return prologue(SiteSetup(), str(code), None)

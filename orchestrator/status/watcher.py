@@ -106,12 +106,6 @@ def status_of(info: dict | None, rows: dict[str, list[JobRow]], settled: bool, s
     return {**out, "said": f"watcher: {said}"}
 
 
-def status_lines(info: dict | None, rows: dict[str, list[JobRow]], settled: bool, sweep_dir: Path,
-                 now: float) -> list[str]:
-    """What `orchestrate status` prints about the watcher (a sweep on Slurm): `status_of`'s words."""
-    return [status_of(info, rows, settled, sweep_dir, now)["said"]]
-
-
 def mark_poll(sweep_dir: Path, job_id: str, now: float) -> None:
     """The watcher job `job_id` finished a poll: recorded for status (only while watcher.json names it)."""
     info = read_info(sweep_dir)

@@ -19,8 +19,6 @@ from record.identity import fields as fields_table
 from record.identity.weights import model_identity
 
 KEY_HEX = 12  # 48 bits: a collision among 10^5 cells has odds of about 1e-5, and expansion checks for it
-# The sections no identity reads at all (record/identity/fields.py classifies every field; these hold nothing else).
-EXCLUDED = ("tracking",)
 MODEL_FIELD, WEIGHTS = "model.name_or_path", "weights"  # the path gives way to what the weights are
 
 
@@ -71,14 +69,6 @@ def eval_id(config) -> str:
 def _eval_id(section) -> str:
     values = _section("eval", {f.name: getattr(section, f.name) for f in fields(section)}, fields_table.EVALUATES)
     return hashlib.sha256(canonical_json({"eval": values}).encode()).hexdigest()[:KEY_HEX]
-
-
-def legacy_run_key(config) -> str:
-    """The run_key before identity version 2 (the whole config less `tracking`): how run directories and ledger
-    records written then are recognised (orchestrator/launch/adopt.py). A mapping: config.yaml as loaded."""
-    data = config.to_dict() if is_dataclass(config) else dict(config)
-    text = canonical_json({k: v for k, v in data.items() if k not in EXCLUDED})
-    return hashlib.sha256(text.encode()).hexdigest()[:KEY_HEX]
 
 
 def _canonical_run_config(config) -> str:

@@ -9,9 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from eval.mean_at_k import maj_at_k, mean_at_k, pass_at_k, pass_at_k_exact, problem_metrics
+from eval.mean_at_k import maj_at_k, mean_at_k, pass_at_k, problem_metrics
 from record.metric_keys import EVAL_MAJ_AT_K, EVAL_MEAN_AT_32, EVAL_PASS_AT_K, eval_metric_keys, metric_key
 from record.tracking.key_rules import check_keys
+
+
+def pass_at_k_exact(n: int, c: int, k: int) -> float:
+    """The same estimator with exact binomials: the reference the stable form is tested against."""
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def brute_force_pass_at_k(correct: list[bool], k: int) -> float:

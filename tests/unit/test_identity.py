@@ -15,9 +15,9 @@ from record.identity.run_key import (
     canonical_json,
     eval_id,
     identity_dict,
-    legacy_run_key,
     run_key,
 )
+from tests.support.legacy_identity import legacy_run_key
 from trainer.config.run import RunConfig
 
 REPO = Path(__file__).resolve().parents[2]

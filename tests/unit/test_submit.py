@@ -15,7 +15,8 @@ from orchestrator.cluster.executor import (
     render_sbatch,
 )
 from orchestrator.cluster.profile import resources_params
-from orchestrator.cluster.snapshot import setup_lines, snapshot_code
+from orchestrator.cluster.site import SiteSetup, prologue
+from orchestrator.cluster.snapshot import snapshot_code
 from orchestrator.launch import ledger as L
 from orchestrator.launch.intents import Group, array_name, submit_groups, submit_jobs
 from orchestrator.launch.plan import make_plan
@@ -23,6 +24,11 @@ from orchestrator.sweep.expand import load_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 SWEEPS = REPO / "sweeps"
+
+
+def setup_lines(code: Path | str) -> list[str]:
+    """The shell lines before a job's python with no site setup (orchestrator/cluster/site.py `prologue`)."""
+    return prologue(SiteSetup(), str(code), None)
 
 
 def fake_repo(root: Path, marker: str) -> Path:

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from trainer.tasks import tiny as tiny_task
-from trainer.tasks.common import read_jsonl
+from trainer.tasks.common import read_jsonl, write_jsonl
 from trainer.tasks.rewards import tiny_reward
 
 
@@ -77,6 +77,6 @@ def test_bad_arguments():
 
 
 def test_jsonl_round_trip(tmp_path):
-    path = tiny_task.write_split("test", tmp_path / "sub" / "test.jsonl", n=25, seed=0)
+    path = write_jsonl(tiny_task.make_split("test", 25, seed=0), tmp_path / "sub" / "test.jsonl")
     assert read_jsonl(path) == tiny_task.make_split("test", 25, seed=0)
     assert len(path.read_text().splitlines()) == 25

@@ -22,6 +22,11 @@ NOW = 1_000_000.0
 INFO = {"job_id": "812", "name": "sw-watcher", "at": NOW - 600, "params": {"partition": "service"}}
 
 
+def said(*args, **kwargs) -> str:
+    """What `orchestrate status` prints about the watcher."""
+    return ws.status_of(*args, **kwargs)["said"]
+
+
 def rows(state: str, name: str = "sw-watcher", submit: float = NOW - 600) -> dict:
     return {"812": [JobRow("812", name, state, submit=submit)]}
 
@@ -86,18 +91,18 @@ def test_a_watcher_that_ended_on_a_settled_sweep_is_replaced_once_a_relaunch_reo
 
 def test_status_names_the_job_its_state_partition_and_last_poll():
     polled = {**INFO, "last_poll": NOW - 20}
-    [line] = ws.status_lines(polled, rows("RUNNING"), settled=False, sweep_dir="/r/sw", now=NOW)
+    line = said(polled, rows("RUNNING"), settled=False, sweep_dir="/r/sw", now=NOW)
     assert line.startswith("watcher: job 812 is RUNNING in partition service, last poll ") and "(20 s ago)" in line
-    [line] = ws.status_lines(INFO, rows("PENDING"), settled=False, sweep_dir="/r/sw", now=NOW)
+    line = said(INFO, rows("PENDING"), settled=False, sweep_dir="/r/sw", now=NOW)
     assert "job 812 is PENDING" in line and "no poll yet" in line
 
 
 def test_status_hints_how_to_start_a_watcher_for_an_unsettled_sweep_without_one():
     for info, state in ((None, None), (INFO, "CANCELLED")):
-        [line] = ws.status_lines(info, rows(state) if state else {}, settled=False, sweep_dir="/r/sw", now=NOW)
+        line = said(info, rows(state) if state else {}, settled=False, sweep_dir="/r/sw", now=NOW)
         assert line.startswith("watcher: none follows this sweep") and "orchestrate watch /r/sw --as-job" in line
     ended = {**INFO, "ended": {"at": NOW, "why": "the sweep is settled: 2 done"}}
-    [line] = ws.status_lines(ended, {}, settled=True, sweep_dir="/r/sw", now=NOW)
+    line = said(ended, {}, settled=True, sweep_dir="/r/sw", now=NOW)
     assert line.startswith("watcher: job 812 ended at") and line.endswith("the sweep is settled: 2 done")
 
 
@@ -105,7 +110,7 @@ def test_status_json_carries_the_watcher_as_the_table_says_it():
     """Every case above: --json's entry holds the line the table prints, and the fields behind it."""
     polled = {**INFO, "last_poll": NOW - 20, "polls": 3}
     running = ws.status_of(polled, rows("RUNNING"), settled=False, sweep_dir="/r/sw", now=NOW)
-    assert [running["said"]] == ws.status_lines(polled, rows("RUNNING"), False, "/r/sw", NOW)
+    assert running["said"] == said(polled, rows("RUNNING"), False, "/r/sw", NOW)
     assert {k: running[k] for k in ("watcher", "job_id", "following", "state", "partition", "last_poll", "polls",
                                     "ended")} == {"watcher": True, "job_id": "812", "following": True,
                                                   "state": "RUNNING", "partition": "service", "last_poll": NOW - 20,

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 
-from trainer.tasks.common import TEST_BUCKETS, check_split, seeded_order, write_jsonl
+from trainer.tasks.common import TEST_BUCKETS, check_split, seeded_order
 
 TASK_VERSION = 1
 SPLITS = ("train", "test", "ood")
@@ -99,7 +98,3 @@ def make_split(split: str, n: int | None = None, seed: int = 0) -> list[dict]:
     pool = seeded_order(pool, f"{TASK_VERSION}:{seed}:{split}", n)
     return [_example(a, op, b, split, i) for i, (a, op, b) in enumerate(pool)]
 
-
-def write_split(split: str, path: str | Path, n: int | None = None, seed: int = 0) -> Path:
-    """`make_split` straight to a jsonl file."""
-    return write_jsonl(make_split(split, n, seed), path)
