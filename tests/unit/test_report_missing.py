@@ -78,7 +78,7 @@ def test_at_most_200_cells_the_section_is_the_full_table_as_before():
 def test_final_scores_find_each_reference_by_its_context_not_by_a_scan(monkeypatch):
     """Each configuration compared with the beta = 0 configuration of its model, found by its context: a scan of
     every configuration for each was quadratic (18 s at 10,000 configurations). Counted, not timed (the time is in
-    docs/orchestration.md "Report and dry run at scale")."""
+    docs/scale.md "Report and dry run at scale")."""
     rows, kls = [], {}
     for i in range(500):
         beta = 0 if i < 10 else 0.001 * i

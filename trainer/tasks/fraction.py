@@ -1,6 +1,6 @@
 """Fraction arithmetic for the real CPU model (SmolLM2-135M): `a/b ± c/d`, the answer a reduced fraction in `\\boxed{}`.
 
-Chosen for SmolLM2 on CPU (docs/real-model.md, "A task the real model can learn"): its answers go beyond
+Chosen for SmolLM2 on CPU (docs/real-model.md, "`data: fractions`: kept for its grading path"): its answers go beyond
 integers (proper and improper fractions, negatives, whole numbers), so the training reward takes Math-Verify's
 path whenever the model writes `1/2` or `0.5` for the gold `\\frac{1}{2}`; and a short answer fits a short
 response budget. Operands are single-digit (numerators 1-9, denominators 2-9), so the model starts above zero

@@ -1,6 +1,6 @@
 """Small sums for the real CPU model (SmolLM2-135M): `Compute -4 - (-1).`, `Compute 2/7 + 3/7.`, the answer boxed.
 
-Chosen by measuring (bench/learnable_probe.py; docs/real-model.md, "A task SmolLM2 can learn on CPU"): GRPO learns
+Chosen by measuring (bench/learnable_probe.py; docs/real-model.md, "Which task to pick, and why"): GRPO learns
 nothing from a group whose rewards are all equal, and this model, told to box its answer, writes prose and boxes
 almost nothing within a CPU-sized budget (0/16 on the fractions task). Shown the format instead, as two earlier
 chat turns whose replies restate the sum and box its value (`SHOTS`, used by trainer/tasks/data.py: prompt_text), it
