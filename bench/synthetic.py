@@ -27,8 +27,8 @@ import torch
 
 from trainer.analysis.toy import DTYPE, sample, token_logprobs
 from trainer.analysis.toy_study import PAPER_CONFIGS, kl_config, run_study
-from trainer.config.objective import AlgorithmConfig
 from trainer.objective.loss import rl_loss, shaped_advantages
+from trainer.objective.settings import AlgorithmConfig
 
 THETA, REF = (0.5, -0.1), (0.0, 0.1)
 LENGTHS, TRIALS, SEQUENCES = (2, 4, 8, 16, 32), 200, 1000

@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Mapping
 
 from record.errors import ConfigError
-from trainer.config.objective import AlgorithmConfig, KLConfig
+from trainer.objective.settings import AlgorithmConfig, KLConfig
 
 TITLE = "Each objective's gradient on the toy model"
 OFF_POLICY = ("optim.minibatch_prompts", "optim.batch_prompts", "rollout.async_level")  # off-policy when set so

@@ -3,7 +3,6 @@
 import pytest
 import torch
 
-from trainer.config.objective import AlgorithmConfig, KLConfig
 from trainer.objective.advantages import (
     aggregate,
     compute_advantages,
@@ -14,6 +13,7 @@ from trainer.objective.advantages import (
 )
 from trainer.objective.kl import kl_reward_penalty, kl_terms
 from trainer.objective.loss import rl_loss, shaped_advantages
+from trainer.objective.settings import AlgorithmConfig, KLConfig
 
 R = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0], dtype=torch.float64)
 

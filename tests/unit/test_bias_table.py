@@ -23,7 +23,7 @@ from trainer.analysis.toy import (
     token_reverse_kl_grad,
 )
 from trainer.analysis.toy_study import EXTRA_CONFIGS, PAPER_CONFIGS, TrialBatch, kl_config, run_study
-from trainer.config.objective import AlgorithmConfig, KLConfig
+from trainer.objective.settings import AlgorithmConfig, KLConfig
 
 THETA, REF, T = (0.4, -0.3), (-0.2, 0.25), 5  # test_kl_gradients.py's model
 PLAIN = AlgorithmConfig(advantage="none", aggregation="seq_mean_token_sum", group_size=1, clip_eps=None)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.config.objective import AlgorithmConfig, KLConfig
 from trainer.objective import fingerprint as fp
+from trainer.objective.settings import AlgorithmConfig, KLConfig
 from trainer.train import objective_manifest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def test_the_hash_is_the_gradient_rounded_not_the_code_that_computed_it(monkeypa
 
 
 def test_the_hash_is_the_same_in_a_fresh_interpreter():
-    code = ("from trainer.objective.fingerprint import fingerprint; from trainer.config.objective import KLConfig, "
+    code = ("from trainer.objective.fingerprint import fingerprint; from trainer.objective.settings import KLConfig, "
             "AlgorithmConfig; print(fingerprint(KLConfig(estimator='k1', placement='reward', beta=0.1), "
             "AlgorithmConfig())['hash'])")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,

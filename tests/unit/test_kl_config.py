@@ -3,8 +3,8 @@
 import pytest
 
 from record.errors import ConfigError
-from trainer.config.objective import AlgorithmConfig, KLConfig
 from trainer.objective.kl import describe_objective, objective_target
+from trainer.objective.settings import AlgorithmConfig, KLConfig
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,8 @@ from trainer.analysis.toy import (
     token_reverse_kl_grad,
 )
 from trainer.analysis.toy_study import TrialBatch, kl_config
-from trainer.config.objective import AlgorithmConfig, KLConfig
 from trainer.objective.loss import rl_loss, shaped_advantages
+from trainer.objective.settings import AlgorithmConfig, KLConfig
 
 THETA = torch.tensor([0.4, -0.3], dtype=DTYPE)
 REF = torch.tensor([-0.2, 0.25], dtype=DTYPE)

@@ -32,7 +32,7 @@ HELPERS = ("console", "arguments")
 # trainer/'s and record/'s folders in the same way, "(top)" standing for the package's own top-level modules: the
 # trainer's loop (train.py, batch.py) sits above the folders a job runs and below the login node's analysis, which
 # no job imports; record's shared modules (errors, checks, rundir, metric_keys, ...) sit below identity and tracking.
-FOLDERS = {"trainer": ("config", "objective", "tasks", "model", "rollout", "run", "(top)", "analysis"),
+FOLDERS = {"trainer": ("objective", "config", "tasks", "model", "rollout", "run", "(top)", "analysis"),
            "record": ("(top)", "identity", "tracking")}
 HEAVY = ("hydra", "omegaconf", "torch", "mlflow", "deepspeed", "transformers", "vllm", "lm_eval", "matplotlib",
          "reasoning_gym", "math_verify", "datasets", "huggingface_hub")

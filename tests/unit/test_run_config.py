@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from record.errors import ConfigError
-from trainer.config.objective import AlgorithmConfig, KLConfig
 from trainer.config.run import ModelConfig, OptimConfig, RunConfig
+from trainer.objective.settings import AlgorithmConfig, KLConfig
 
 MINIMAL = {"model": {"name_or_path": "Qwen/Qwen2.5-7B", "params_b": 7.6}}
 

@@ -29,7 +29,7 @@ import torch
 
 from trainer.analysis.toy import DTYPE, all_sequences, sample, sequence_kl_grad, token_logprobs, token_reverse_kl_grad
 from trainer.analysis.toy_study import TrialBatch
-from trainer.config.objective import AlgorithmConfig, KLConfig
+from trainer.objective.settings import AlgorithmConfig, KLConfig
 
 THETA, REF = (0.5, -0.1), (0.0, 0.1)  # `orchestrate synthetic`'s defaults: the policy A and the reference B
 LENGTHS = (4, 3, 2)

@@ -18,9 +18,9 @@ import torch
 
 from record.errors import ConfigError
 from trainer.analysis.toy import DTYPE, all_sequences, sample, sequence_kl_grad, token_logprobs, token_reverse_kl_grad
-from trainer.config.objective import AlgorithmConfig, KLConfig
 from trainer.objective.advantages import aggregate
 from trainer.objective.loss import rl_loss, shaped_advantages
+from trainer.objective.settings import AlgorithmConfig, KLConfig
 
 PAPER_CONFIGS = tuple(f"{e}-{p}" for e in ("k1", "k2", "k3") for p in ("reward", "loss", "reward+loss"))
 EXTRA_CONFIGS = ("k1-loss-rho", "k2-loss-rho", "k3-loss-rho", "k1-reward-rtg")

@@ -22,7 +22,7 @@ from record.checks import (
 from record.errors import ConfigError, raise_if
 from record.plain import build, is_jsonable, items_of, schema_of, to_plain
 from trainer.config.memory import MemoryConfig
-from trainer.config.objective import AlgorithmConfig, KLConfig
+from trainer.objective.settings import AlgorithmConfig, KLConfig
 
 # --- The run config: one frozen dataclass per component, composed by RunConfig --------------------------
 # Defaults are the paper's on-policy setting (section 4.1 and appendix B) where the paper gives a number.

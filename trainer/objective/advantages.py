@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.config.objective import AlgorithmConfig
+from trainer.objective.settings import AlgorithmConfig
 
 
 def _groups(x: torch.Tensor, group_size: int) -> torch.Tensor:

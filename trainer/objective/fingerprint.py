@@ -19,8 +19,8 @@ import hashlib
 
 import torch
 
-from trainer.config.objective import AlgorithmConfig, KLConfig
 from trainer.objective.loss import rl_loss, shaped_advantages
+from trainer.objective.settings import AlgorithmConfig, KLConfig
 
 VERSION = 1  # bump when the probe below changes (every hash changes with it)
 TOKENS = 6

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer.config.objective import KLConfig
+from trainer.objective.settings import KLConfig
 
 
 def _masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

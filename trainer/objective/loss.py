@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from trainer.config.objective import AlgorithmConfig, KLConfig
 from trainer.objective.advantages import aggregate, compute_advantages, policy_gradient_loss, shaped_returns
 from trainer.objective.kl import KLTerms, kl_terms
+from trainer.objective.settings import AlgorithmConfig, KLConfig
 
 
 def shaped_advantages(
