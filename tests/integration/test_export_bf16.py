@@ -46,6 +46,9 @@ def _scores(model_dir_or_state, probe: dict, dtype: torch.dtype, base: Path | No
 
     from trainer.model.logprobs import score_logprobs
 
+    # The bitwise comparison needs torch's own linear: a DeepSpeed engine built in this process with its
+    # memory-efficient linear replaces F.linear process-wide (a test did, and this one failed by 0.006 nats).
+    assert torch.nn.functional.linear is torch._C._nn.linear, "F.linear is patched in this process (DeepSpeed?)"
     if base is None:
         model = AutoModelForCausalLM.from_pretrained(model_dir_or_state, dtype=dtype)
     else:  # the checkpoint's fp32 master weights in the base architecture

@@ -136,8 +136,10 @@ def test_zero3_parameters_gather_for_weight_sync():
         model = AutoModelForCausalLM.from_pretrained(str(ensure_tiny_model()))
         expected = {k: v.clone() for k, v in model.state_dict().items()}
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        # memory_efficient_linear off, as the trainer has it on CPU: on, DeepSpeed replaces F.linear for the whole
+        # process, and a later module in this worker (test_export_bf16's bitwise scores) computed through it.
         engine, *_ = deepspeed.initialize(model=model, optimizer=opt, config=distributed.deepspeed_config(
-            bf16=False, grad_clip=None, micro_batches=1))
+            bf16=False, grad_clip=None, micro_batches=1, memory_efficient_linear=False))
         got = dict(gathered_parameters(engine.module))
         assert set(got) == {n for n, _ in model.named_parameters()}
         for name, tensor in got.items():
@@ -200,7 +202,8 @@ def test_rollouts_run_without_zero3_hooks_and_restore_them():
         model = AutoModelForCausalLM.from_pretrained(path)
         engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.AdamW(model.parameters(), lr=1e-3),
                                           config=distributed.deepspeed_config(bf16=False, grad_clip=None,
-                                                                              micro_batches=1))
+                                                                              micro_batches=1,
+                                                                              memory_efficient_linear=False))
         offload = engine.optimizer.parameter_offload
         hooks = (len(offload.forward_hooks), len(offload.backward_hooks))
         seen = []
