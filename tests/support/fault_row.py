@@ -78,7 +78,6 @@ def metric_columns(run_dir: Path, reference: dict) -> tuple[str, str, int, int]:
 def job_counts(records: list[dict], since: float) -> tuple[str, int]:
     """("1 train + 1 eval (0 duplicate)", duplicates) of cells' records. A duplicate is a second Slurm submission
     under a name the ledger gave one attempt; requeues of a job in place (same id) are counted from sacct -D apart."""
-    import subprocess
 
     from orchestrator.cluster.query import find_by_names
 
@@ -89,11 +88,7 @@ def job_counts(records: list[dict], since: float) -> tuple[str, int]:
     # name and its array id; a second array id under the name is a duplicate submission.
     duplicate = sum(max(0, len({row.job_id.split("_")[0] for row in found.get(n, [])}) - 1) for n in names)
     ids = {kind: sorted({j["job_id"] for j in jobs if j["job_id"] and j["kind"] == kind}) for kind in ("train", "eval")}
-    restarts = 0
-    for job_id in ids["train"]:
-        out = subprocess.run(["sacct", "-j", job_id, "-X", "-D", "-n", "-P", "-o", "JobID"], capture_output=True,
-                             text=True).stdout.split()
-        restarts += max(0, len(out) - 1)
+    restarts = sum(runs_again(job_id) for job_id in ids["train"])
     requeued = f", {restarts} requeued in place" if restarts else ""
     return f"{len(ids['train'])} train + {len(ids['eval'])} eval ({duplicate} duplicate{requeued})", duplicate
 
@@ -106,14 +101,19 @@ def trainer_requeues(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
-def in_place_requeues(record: dict) -> int:
-    """How many times Slurm ran a training job of the cell again under its own id: sacct -D's runs of it less one
-    (as `job_counts` counts them; a NODE_FAIL's run shows as NODE_FAIL, not REQUEUED)."""
+def runs_again(job_id: str) -> int:
+    """How many times Slurm ran `job_id` again under its own id: sacct -D's runs of it less one (a NODE_FAIL's run
+    shows as NODE_FAIL, not REQUEUED, so the states are not counted)."""
     import subprocess
 
-    runs = [subprocess.run(["sacct", "-j", j["job_id"], "-X", "-D", "-n", "-P", "-o", "JobID"], capture_output=True,
-                           text=True).stdout.split() for j in record["jobs"] if j["kind"] == "train" and j["job_id"]]
-    return sum(max(0, len(r) - 1) for r in runs)
+    out = subprocess.run(["sacct", "-j", job_id, "-X", "-D", "-n", "-P", "-o", "JobID"], capture_output=True,
+                         text=True).stdout.split()
+    return max(0, len(out) - 1)
+
+
+def in_place_requeues(record: dict) -> int:
+    """How many times Slurm ran a training job of the cell again under its own id."""
+    return sum(runs_again(j["job_id"]) for j in record["jobs"] if j["kind"] == "train" and j["job_id"])
 
 
 def acted(record: dict) -> str:
