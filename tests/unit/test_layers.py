@@ -187,7 +187,7 @@ def folder_arrows(package: str, order: tuple[str, ...], root: Path = REPO) -> li
             target = i.name.split(".")
             if target[0] != package or len(target) < 2:
                 continue
-            theirs = place(target[1:]) if _is_module(".".join(target[:3]), root) or len(target) == 2 else target[1]
+            theirs = target[1] if (root / package / target[1]).is_dir() else "(top)"
             if theirs != own and (theirs not in order or order.index(theirs) > order.index(own)):
                 wrong.append(f"{path.relative_to(root)}:{i.line} ({own}) imports {i.name} ({theirs})")
     return wrong
