@@ -97,6 +97,32 @@ def save_seed(root, task, seed, out, settings, data_file, seconds) -> dict:
     return metrics
 
 
+def problem_scores(root: Path, task: str, settings: dict) -> tuple[dict[str, list[float]], str]:
+    """What the claims read back from `save_seed`'s files: each problem's sample scores over the evaluation's seeds
+    ({doc_id: [score, ...]}, k per seed, seeds in `settings`' order) and the data's sha256 (problems pair across
+    cells only on the same data). ValueError naming each seed file that is missing, unreadable, computed under
+    other settings or on other data than the first seed's."""
+    scores: dict[str, list[float]] = {}
+    sha, problems = None, []
+    for seed in settings.get("seeds") or ():
+        path = seed_file(root, task, seed, "samples.jsonl")
+        try:
+            saved = json.loads(seed_file(root, task, seed, "results.json").read_text())
+            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        except (OSError, json.JSONDecodeError) as error:
+            problems.append(f"{path}: {error.__class__.__name__}: {error}")
+            continue
+        if saved.get("settings") != settings or (sha is not None and saved.get("data_sha256") != sha):
+            problems.append(f"{path}: computed under other settings or data than the evaluation's")
+            continue
+        sha = saved.get("data_sha256")
+        for row in rows:
+            scores.setdefault(str(row["doc_id"]), []).extend(float(s) for s in row["scores"])
+    if problems or not scores:
+        raise ValueError(f"{task} at {root}: " + ("; ".join(problems) or "no evaluation seeds in its settings"))
+    return scores, sha or ""
+
+
 def log_to_run(target, cfg, tasks, per_seed, settings, step, home: RunDir, files, tracking_uri, experiment,
                model_dir) -> str | None:
     """Means over seeds into the MLflow run of `target` (reopened by run_key), the files as artifacts, then the

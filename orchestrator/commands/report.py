@@ -9,15 +9,16 @@ from pathlib import Path
 
 from orchestrator.arguments import add_sweep_dir_argument
 from orchestrator.launch.ledger import Ledger
-from orchestrator.report import asynchronous, bias, late, missing, paper
+from orchestrator.report import asynchronous, bias, claim_inputs, claims, claims_table, intervals, late, missing, paper
 from orchestrator.report import baselines as base_models
 from orchestrator.status.baselines import baseline_rows, current_baselines
 from orchestrator.status.cells import cell_rows, current_records, run_config
 from orchestrator.sweep.locate import sweep_dir_of
 from record.display import cell_name
+from record.errors import UserError
 from record.rundir import RunDir, read_json
 from record.tracking.run_names import read_manifest
-from record.tracking.sweep import metric_histories
+from record.tracking.sweep import log_report_to_parent, metric_histories
 from record.tracking.tracker import read_run_file
 from record.tracking.ui import shown_uri
 
@@ -25,19 +26,22 @@ EXAMPLES = """examples:
   orchestrate report runs/onpolicy
   orchestrate report sweeps/smoke.yaml --out /tmp/smoke-report
 
-Writes into DIR (default <sweep_dir>/report): report.md, report.html (one page, the figures embedded), the
-PNGs and missing.tsv (the cells missing from the report, one row per cell). Training curves (KL, reward,
-held-out pass@1, response length; one panel per estimator and placement, one line per beta: the mean over seeds,
-a band from the lowest seed to the highest, beta = 0 dashed) come from MLflow
-(each cell's mlflow_run.json); a cell without one, or a store that cannot be reached, is drawn from its run
-directory instead (the checkpoint's collapse history: KL, length, held-out pass@1; and the last logged step),
-and the report says so. Final mean@k per task with its seed spread and its relative change against the beta = 0
-cell of the same model (eval_result.json), each base model's mean@k (sweep.baselines) a dotted line beside them and
-in a table of its own; Table 1's behaviour column from the collapse verdicts
-(verdict.json); cells still running, failed, not evaluated or never submitted are listed with why (above 200
-cells: counted by state and why, with a few of each; --all lists them all). Each distinct objective among the
-cells on the toy model of section 3.3 (as `orchestrate validate` prints it): in the report, in bias-table.md and
-on the terminal."""
+Writes into DIR (default <sweep_dir>/report): report.md, report.html (one page, the figures embedded), the PNGs,
+missing.tsv (the cells missing from the report, one row per cell) and claims.csv / claims.json. First, the Claims
+table: each claim the sweep names (sweep.claims; the paper's in sweeps/claims/paper.yaml) and any claims file given with
+--claims, per row its statistic with a paired interval over seeds and problems (read from the evaluations' per-
+sample files), the paper's number and a verdict (holds, contradicted, inconclusive; missing while its cells run).
+The report, its figures and the claims are also logged to the sweep's parent MLflow run. Training curves (KL,
+reward, held-out pass@1, response length; one panel per estimator and placement, one line per beta: the mean over
+seeds, a band from the lowest seed to the highest, beta = 0 dashed) come from MLflow (each cell's mlflow_run.json);
+a cell without one, or a store that cannot be reached, is drawn from its run directory instead (the checkpoint's
+collapse history: KL, length, held-out pass@1; and the last logged step), and the report says so. Final mean@k per
+task with its seed spread and its relative change against the beta = 0 cell of the same model (eval_result.json),
+each base model's mean@k (sweep.baselines) a dotted line beside them and in a table of its own; Table 1's behaviour
+column from the collapse verdicts (verdict.json); cells still running, failed, not evaluated or never submitted are
+listed with why (above 200 cells: counted by state and why, with a few of each; --all lists them all). Each distinct
+objective among the cells on the toy model of section 3.3 (as `orchestrate validate` prints it): in the report, in
+bias-table.md and on the terminal."""
 
 
 def register(subparsers) -> None:
@@ -51,12 +55,22 @@ def register(subparsers) -> None:
     parser.add_argument("--all", action="store_true", dest="everything",
                         help="above 200 cells, list every cell missing from the report in it too (by default: "
                              "counts by state and why, with examples; missing.tsv beside it lists them all)")
+    parser.add_argument("--claims", metavar="FILE", action="append", default=[],
+                        help="a claims file (the format of sweeps/claims/paper.yaml) to test as well; repeatable")
+    parser.add_argument("--level", type=float, default=0.95,
+                        help="the claims' interval level, between 0 and 1 (default 0.95)")
+    parser.add_argument("--method", choices=list(intervals.METHODS), default=intervals.DEFAULT_METHOD,
+                        help=f"the claims' interval method for scores (default {intervals.DEFAULT_METHOD}: the "
+                             f"closest to nominal coverage, docs/evaluation.md)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if not 0 < args.level < 1:
+        raise UserError(f"--level {args.level}: give the interval's level between 0 and 1 (0.95 for 95%)")
     sweep_dir = sweep_dir_of(args.sweep, args.overrides)
     out = Path(args.out) if args.out else sweep_dir / "report"
+    claim_list, groups = claim_inputs.sweep_claims(args.sweep, args.overrides, sweep_dir, args.claims)
     records = current_records(sweep_dir) if Ledger(sweep_dir).exists() else {}
     data = cell_rows(records)
     configs = {key: run_config(Path(r["run_dir"])) for key, r in records.items()}
@@ -88,6 +102,11 @@ def run(args: argparse.Namespace) -> int:
     blocks += bias.blocks(made)
     at = next((i for i, b in enumerate(blocks) if b[0] == "h" and b[2].startswith("Training curves")), len(blocks))
     blocks[at:at] = late.blocks(late.late_values([c for c in cells if paper.finished(c["row"])]))
+    results = claims.evaluate(claim_list, claim_inputs.cells(data, histories), groups,
+                                    claim_inputs.scores_reader(records, data), args.level, args.method)
+    blocks[2:2] = claims_table.blocks(results, args.level, args.method)  # the top: after the title and the count
+    (out / "claims.csv").write_text(claims_table.to_csv(results), encoding="utf-8")
+    (out / "claims.json").write_text(claims_table.to_json(results, args.level, args.method), encoding="utf-8")
     (out / "report.md").write_text(paper.render_markdown(blocks), encoding="utf-8")
     (out / "report.html").write_text(paper.render_html(blocks, images, f"Sweep {sweep_dir.name}"), encoding="utf-8")
     table_md = paper.render_markdown(bias.blocks(made)) if made["T"] else ""
@@ -105,6 +124,16 @@ def run(args: argparse.Namespace) -> int:
     if table_md:
         print(f"{bias.TITLE} ({out / 'bias-table.md'}):")
         print(paper.render_markdown([b for b in bias.blocks(made) if b[0] == "table"]), end="")
+    if results:
+        counts = {}
+        for r in results:
+            counts[r.verdict] = counts.get(r.verdict, 0) + 1
+        print(f"claims: {len(results)} tests of {len({r.claim.id for r in results})} claims: "
+              + ", ".join(f"{n} {v}" for v, n in counts.items()) + f" ({out / 'claims.csv'})")
+    files = [out / n for n in ("report.html", "report.md", *claims_table.FILES)] + [out / n for n in images]
+    tags = {"report/claims": ", ".join(f"{r.claim.id}{' ' + r.row if r.row else ''}: {r.verdict}"
+                                       for r in results)[:4900]} if results else {}
+    print(log_report_to_parent([Path(r["run_dir"]) for r in records.values()], files, tags=tags))
     return 0
 
 

@@ -193,6 +193,9 @@ def manifest(sweep: Sweep, plan: Plan, git: dict, datas: list[dict] | None = Non
                   for c in sweep.cells if c.index in group_of],
         "duplicates_dropped": sweep.duplicates,
         "baselines": [b.description() for b in sweep.baselines],
+        **({"claims": [c.to_dict() for c in sweep.claims], "claim_groups": {g: list(ts) for g, ts in
+                                                                              sweep.claim_groups}}
+           if sweep.claims else {}),
         "plan": plan.to_dict(),
         # What the sweep's parent MLflow run carries as params (record/tracking/run_names.py `sweep_params`).
         "parent_params": sweep_params(sweep.name, sweep.spec.seeds, _distinct_sections(datas), len(datas)),

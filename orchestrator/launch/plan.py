@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from orchestrator.cluster.profile import SlurmResources
 from orchestrator.launch.ledger import LIVE, latest
+from orchestrator.sweep import claim_rows
 from orchestrator.sweep.expand import Sweep
 from record.display import format_value
 
@@ -197,7 +198,8 @@ def summary_lines(sweep: Sweep, plan: Plan) -> list[str]:
         f"at most {counts['gpu_hours_max']:g} GPU-hours",
         f"run dirs: {spec.output_root}/{spec.name}/<run_key>/ (config.yaml written by its job from "
         f"configs/<array>.json)",
-    ]
+    ] + ([claim_rows.summary_line(sweep.claims, [(c.run_key, dict(c.axes)) for c in sweep.cells], len(spec.seeds))]
+         if sweep.claims else [])
 
 
 def _lookup(config: dict, dotted: str):

@@ -25,7 +25,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from orchestrator.cluster.profile import SlurmProfile, SlurmResources, load_profile, resource_problems
 from orchestrator.cluster.vllm_share import with_profile_fraction
+from orchestrator.sweep import claim_rows
+from orchestrator.sweep import claims as claims_spec
 from orchestrator.sweep.baselines import Baseline, expand_baselines
+from orchestrator.sweep.claims import Claim
 from orchestrator.sweep.compose import Composer, parse_overrides, read_yaml, search_dirs
 from orchestrator.sweep.config_tree import (
     NotPlain,
@@ -67,6 +70,8 @@ class Sweep:
     cells: tuple[Cell, ...]
     duplicates: int  # cells dropped because an earlier cell had the same run_key
     baselines: tuple[Baseline, ...] = ()  # base models evaluated once (orchestrator/sweep/baselines.py)
+    claims: tuple[Claim, ...] = ()  # what the sweep is run to test (orchestrator/sweep/claims.py)
+    claim_groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # the task groups the claims may name
 
     @property
     def name(self) -> str:
@@ -102,9 +107,26 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
         bases = _Bases(composer, groups, fixed, spec.name, profile.tracking_uri if profile else None)
         cells, duplicates = _expand(spec, bases, _group_keys(spec, dirs), profile, problems)
         baselines = expand_baselines(spec.baselines, bases, problems)
+    # Against cells only when they expanded whole: rows over a broken grid would only repeat its problems.
+    claims, groups = check_claims(spec.claims, path.parent, cells if not problems else [], problems)
     if problems:
         raise ConfigError(problems, str(path))
-    return Sweep(str(path), tuple(overrides), spec, profile, tuple(cells), duplicates, baselines)
+    return Sweep(str(path), tuple(overrides), spec, profile, tuple(cells), duplicates, baselines, tuple(claims),
+                 tuple((g, tuple(ts)) for g, ts in groups.items()))
+
+
+def check_claims(entries, base_dir: Path, cells: Sequence[Cell], problems: list[str]):
+    """The sweep's claims, each checked against its cells: the axes and values it names, one configuration a side,
+    paired seeds, and the tasks the compared cells are evaluated on (orchestrator/sweep/claim_rows.py)."""
+    claims, groups = claims_spec.resolve(list(entries), base_dir, problems)
+    if not cells:
+        return claims, groups
+    pairs = [(c.run_key, dict(c.axes)) for c in cells]
+    tasks_of = {c.run_key: list(c.config.eval.tasks) for c in cells}
+    for claim in claims:
+        for row in claim_rows.rows(claim, pairs, problems):
+            claim_rows.row_tasks(claim, row, tasks_of, groups, problems)
+    return claims, groups
 
 
 def _spec(header: Any, default_name: str, problems: list[str]) -> SweepSpec | None:

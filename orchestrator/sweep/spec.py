@@ -111,6 +111,8 @@ class SweepSpec:
     output_root: str = "runs"
     # Evaluations of base models, run once per sweep (orchestrator/sweep/baselines.py).
     baselines: tuple[BaselineEntry, ...] = ()
+    # What the sweep is run to test (orchestrator/sweep/claims.py): ids, claims files, claims; resolved at load.
+    claims: tuple = ()
 
     @classmethod
     def from_dict(cls, data: Any, default_name: str, deferred: list[str] | None = None) -> SweepSpec:
@@ -122,7 +124,7 @@ class SweepSpec:
             data = {}
         if not isinstance(data, Mapping):
             raise_if([f"sweep: {data!r} is not a mapping; see sweeps/README.md"], "sweep")
-        valid = ("name", "seeds", "axes", "grid", "slurm", "output_root", "baselines")
+        valid = ("name", "seeds", "axes", "grid", "slurm", "output_root", "baselines", "claims")
         problems += [f"sweep.{k}: unknown key; valid: {', '.join(valid)}" for k in data if k not in valid]
         name = data.get("name", default_name)
         sv.job_name(problems, "sweep.name", name, "it names a directory and the Slurm jobs")
@@ -136,8 +138,13 @@ class SweepSpec:
         root = data.get("output_root", "runs")
         sv.file_path(problems, "sweep.output_root", root, "the directory of the run dirs and the Slurm logs")
         baselines = _baselines(data.get("baselines", []), problems if deferred is None else deferred)
+        claims = data.get("claims") or []
+        if not isinstance(claims, list):
+            problems.append(f"sweep.claims: {claims!r}; give a list of claim ids, claims files and claims "
+                            f"(sweeps/claims/paper.yaml)")
         raise_if(problems, "sweep")
-        return cls(name, seeds, axes, grid, profile, overrides, root, baselines)
+        return cls(name, seeds, axes, grid, profile, overrides, root, baselines,
+                   tuple(claims) if isinstance(claims, list) else ())
 
     def with_axis(self, axis: Axis) -> SweepSpec:
         """The command line's last word on an axis (Hydra's precedence): replace it wherever it appears,
@@ -161,7 +168,8 @@ class SweepSpec:
                 "slurm": {"profile": self.profile, "overrides": self.slurm_overrides},
                 "output_root": self.output_root,
                 "baselines": [{k: list(v) if isinstance(v, tuple) else v for k, v in entry.settings}
-                              for entry in self.baselines]}
+                              for entry in self.baselines],
+                **({"claims": list(self.claims)} if self.claims else {})}
 
 
 def _seeds(raw: Any, problems: list[str]) -> tuple[int, ...]:

@@ -77,3 +77,30 @@ def metric_histories(tracking_uri: str, run_ids: Mapping[str, str],
             raise
         raise ConnectionError(f"MLflow store {tracking_uri} unreachable ({exc})") from exc
     return out
+
+
+def log_report_to_parent(run_dirs: Iterable[Path], files: Iterable[Path], artifact_path: str = "report",
+                         tags: Mapping[str, str] | None = None) -> str:
+    """`orchestrate report`'s files as artifacts of the sweep's parent run (under `artifact_path`) and `tags` on it,
+    so the MLflow UI a researcher browses shows the report beside the runs. The parent is found as for
+    close_sweep_parent; an unreachable store is reported, not raised (the report on disk stands)."""
+    for run_dir in run_dirs:
+        info = read_run_file(Path(run_dir))
+        if info.get("parent_run_id"):
+            break
+    else:
+        return "MLflow: no cell has opened a run under a sweep parent; the report is not logged there"
+    check_keys(tags or {}, "tag")
+    from mlflow import MlflowClient  # noqa: PLC0415 (mlflow: only when a report is logged)
+
+    try:
+        client, parent = MlflowClient(tracking_uri=info["tracking_uri"]), info["parent_run_id"]
+        for path in files:
+            client.log_artifact(parent, str(path), artifact_path)
+        for key, value in (tags or {}).items():
+            client.set_tag(parent, key, str(value))
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        return f"MLflow store unreachable ({exc}); the report is not logged to the sweep's parent run"
+    return f"MLflow: the report and its claims logged to the sweep's parent run {parent} (artifacts: {artifact_path}/)"

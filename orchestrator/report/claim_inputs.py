@@ -1,0 +1,76 @@
+"""What the claims are computed from, read for orchestrator/report/claims.py: the sweep's claims, each cell as the
+claims see it, and each cell's per-problem scores from its evaluation's per-sample files (eval/outcome.py
+`problem_scores`, the reader beside their writer).
+
+The claims come from the sweep file when the report is given one (validated with it), else from the manifest of
+the launched sweep (orchestrator/launch/materialise.py keeps them there), and from any claims file given with
+`--claims`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from eval.outcome import problem_scores
+from orchestrator.report import paper
+from orchestrator.report.claims import Cell, ScoresOf
+from orchestrator.sweep import claims as claim_spec
+from orchestrator.sweep.claims import Claim
+from record.errors import UserError
+from record.rundir import RunDir
+from record.tracking.run_names import read_manifest
+
+
+def sweep_claims(sweep: str, overrides: Sequence[str], sweep_dir: Path,
+                 files: Sequence[str] = ()) -> tuple[list[Claim], dict[str, list[str]]]:
+    """The claims to report on and the task groups they name; UserError listing every bad claim."""
+    if Path(sweep).suffix in (".yaml", ".yml") and Path(sweep).is_file():
+        from orchestrator.sweep.expand import load_sweep  # noqa: PLC0415 (Hydra: only for a sweep file)
+
+        loaded = load_sweep(sweep, list(overrides))
+        claims, groups = list(loaded.claims), {g: list(ts) for g, ts in loaded.claim_groups}
+    else:
+        manifest = read_manifest(sweep_dir)
+        groups = {str(g): list(ts) for g, ts in (manifest.get("claim_groups") or {}).items()}
+        problems: list[str] = []
+        claims = [c for i, raw in enumerate(manifest.get("claims") or ())
+                  if (c := claim_spec.parse(raw, f"manifest.json claims[{i}]", groups, problems))]
+        if problems:
+            raise UserError("the sweep's manifest holds bad claims:\n  - " + "\n  - ".join(problems))
+    if files:
+        more, more_groups = claim_spec.load_for_report([Path(f) for f in files])
+        claims += [c for c in more if c.id not in {k.id for k in claims}]
+        groups = {**more_groups, **groups}
+    return claims, groups
+
+
+def cells(rows: Sequence[Mapping], histories: Mapping[str, Mapping]) -> list[Cell]:
+    """Each status row (orchestrator/status/cells.py `cell_rows`) as the claims read it."""
+    out = []
+    for row in rows:
+        evals = row.get("evals") or []
+        tasks = tuple(dict.fromkeys(t for e in evals for t in e.get("tasks") or ()))
+        out.append(Cell(row["run_key"], row["name"], row["axes"], paper.finished(row), bool(tasks), tasks,
+                        row.get("verdict"), histories.get(row["run_key"], {})))
+    return out
+
+
+def scores_reader(records: Mapping[str, Mapping], rows: Sequence[Mapping]) -> ScoresOf:
+    """run_key, task -> the per-problem scores of the cell's newest evaluation of that task, its data's sha256 and
+    its settings; read once each."""
+    evals = {row["run_key"]: row.get("evals") or [] for row in rows}
+    cache: dict[tuple[str, str], tuple] = {}
+
+    def scores_of(run_key: str, task: str):
+        if (run_key, task) not in cache:
+            chosen = [e for e in evals.get(run_key, ()) if task in (e.get("tasks") or ())]
+            if not chosen:
+                raise ValueError(f"{task}: cell {run_key} has no evaluation of it")
+            latest = chosen[-1]  # oldest first (orchestrator/status/outcomes.py `evaluations`)
+            root = RunDir(Path(records[run_key]["run_dir"])).eval_step(int(latest["step"]))
+            scores, sha = problem_scores(root, task, latest["settings"])
+            cache[run_key, task] = (scores, sha, latest["settings"])
+        return cache[run_key, task]
+
+    return scores_of

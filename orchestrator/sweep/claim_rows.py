@@ -1,0 +1,174 @@
+"""Which cells a claim compares: its rows, each side's configurations and their seeds, paired.
+
+`rows(claim, cells, problems)` reads cells as (run_key, axes) pairs, `axes` with the seed: the sweep's expanded
+cells at `validate`, the ledger's records at `report`, so the two see the same rows. A row is one value of the
+claim's `per` axes; in it, side a selects the cells matching `a` and the row, side b those matching `b` and the row
+(a row's value applies to side b unless b names that axis itself: `b: {kl.beta: 0}` is the beta = 0 cell of every
+row of `per: [kl.beta]`). Each side must be ONE configuration (the axes without the seed) with the same seeds as
+the other side; a slope's side a is one configuration per value of `x`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from orchestrator.sweep.claims import SCORE_STATISTICS, Claim, same
+from record.display import cell_name, format_value
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration of a side: its axes (without the seed), and its cells by seed."""
+
+    axes: tuple[tuple[str, Any], ...]
+    seeds: dict[int, str]  # seed -> run_key
+
+    @property
+    def name(self) -> str:
+        return cell_name(self.axes) or "every cell"
+
+
+@dataclass(frozen=True)
+class Row:
+    labels: tuple[tuple[str, Any], ...]  # the `per` axes' values
+    a: tuple[Config, ...]  # one configuration; a slope's: one per x value, in x order
+    b: tuple[Config, ...]  # () for a slope and a collapse rate
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k} {format_value(v)}" for k, v in self.labels)
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted(self.a[0].seeds)
+
+    def keys(self) -> list[str]:
+        return [k for c in (*self.a, *self.b) for k in c.seeds.values()]
+
+
+def rows(claim: Claim, cells: Iterable[tuple[str, Mapping]], problems: list[str]) -> list[Row]:
+    """The claim's rows over `cells`; every problem (an axis or value the cells lack, a side that selects no cell
+    or several configurations, unpaired seeds) appended, naming the claim."""
+    cells = [(key, dict(axes)) for key, axes in cells]
+    values: dict[str, list] = {}
+    for _, axes in cells:
+        for k, v in axes.items():
+            if k != "seed" and not any(same(v, w) for w in values.setdefault(k, [])):
+                values[k].append(v)
+    before = len(problems)
+    for side in ("a", "b"):
+        for axis, wanted in getattr(claim, side).items():
+            if axis not in values:
+                problems.append(f"claim {claim.id}: {side} names {axis}, not an axis of this sweep; its axes: "
+                                f"{', '.join(values) or 'none'}")
+                continue
+            lacking = [w for w in wanted if not any(same(w, v) for v in values[axis])]
+            if lacking:
+                problems.append(f"claim {claim.id}: {side}: {axis} {', '.join(map(format_value, lacking))} is not "
+                                f"in this sweep; {axis} takes {', '.join(map(format_value, values[axis]))}")
+    if claim.x is not None and claim.x not in values:
+        problems.append(f"claim {claim.id}: x {claim.x} is not an axis of this sweep; its axes: {', '.join(values)}")
+    if len(problems) > before:
+        return []
+    per = [p for p in claim.per if p in values]  # an axis the sweep does not vary takes one value: no split
+    side_a = [(k, ax) for k, ax in cells if _matches(ax, claim.a)]
+    found = []
+    for labels in dict.fromkeys(tuple(ax.get(p) for p in per) for _, ax in side_a):
+        row_labels = tuple(zip(per, labels))
+        a_cells = [(k, ax) for k, ax in side_a if _in_row(ax, row_labels, {})]
+        b_cells = [(k, ax) for k, ax in cells if _matches(ax, claim.b) and _in_row(ax, row_labels, claim.b)]
+        row = _row(claim, row_labels, a_cells, b_cells, problems)
+        found += [row] if row else []
+    return found
+
+
+def row_tasks(claim: Claim, row: Row, tasks_of: Mapping[str, Sequence[str]], groups: Mapping[str, Sequence[str]],
+              problems: list[str]) -> dict[str, list[str]]:
+    """The tasks a score claim's row reads, by what it reports on: {task: [task]} per task, or {group: [tasks]}
+    for a group_relative. `tasks_of`: run_key -> the tasks it is (to be) evaluated on; a task counts when every
+    cell of the row has it. {} (no problem) for the run statistics."""
+    if claim.statistic not in SCORE_STATISTICS:
+        return {}
+    keys = row.keys()
+    first = list(tasks_of.get(keys[0], ()))
+    common = [t for t in first if all(t in tasks_of.get(k, ()) for k in keys)]
+    where = f"claim {claim.id}" + (f" ({row.label})" if row.label else "")
+    if claim.statistic == "group_relative":
+        out = {g: [t for t in groups.get(g, ()) if t in common] for g in claim.groups}
+        empty = [g for g, ts in out.items() if not ts]
+        if empty:
+            defined = "; ".join(g + ": " + ", ".join(groups.get(g, ())) for g in empty)
+            problems.append(f"{where}: group(s) {', '.join(empty)} hold no task these cells are evaluated on "
+                            f"({', '.join(common) or 'none'}); {defined}")
+        return out
+    wanted = common if claim.tasks is None else list(claim.tasks)
+    lacking = [t for t in wanted if t not in common]
+    if lacking or not wanted:
+        problems.append(f"{where}: task(s) {', '.join(lacking) or '(none)'} not evaluated on every cell it "
+                        f"compares; they are evaluated on {', '.join(common) or 'no common task'}")
+    return {t: [t] for t in wanted if t in common}
+
+
+def _matches(axes: Mapping, side: Mapping[str, tuple]) -> bool:
+    return all(k in axes and any(same(axes[k], v) for v in wanted) for k, wanted in side.items())
+
+
+def _in_row(axes: Mapping, labels: tuple, named: Mapping) -> bool:
+    """The row's values hold for a cell, except on axes the side names (its own choice) or the cell lacks (a grid
+    block without that axis: the beta = 0 block has no estimator)."""
+    return all(k in named or k not in axes or same(axes[k], v) for k, v in labels)
+
+
+def _configs(cells: list[tuple[str, dict]]) -> list[Config]:
+    by: dict[str, tuple[tuple, dict[int, str]]] = {}
+    for key, axes in cells:
+        config = tuple((k, v) for k, v in axes.items() if k != "seed")
+        by.setdefault(repr(config), (config, {}))[1][axes.get("seed", 0)] = key  # repr: a list value (eval.tasks)
+    return [Config(axes, seeds) for axes, seeds in by.values()]
+
+
+def _row(claim: Claim, labels: tuple, a_cells, b_cells, problems: list[str]) -> Row | None:
+    where = f"claim {claim.id}" + (f" ({', '.join(f'{k} {format_value(v)}' for k, v in labels)})" if labels else "")
+    a, b = _configs(a_cells), _configs(b_cells)
+    before = len(problems)
+    if claim.statistic == "slope":
+        xs = [dict(c.axes).get(claim.x) for c in a]
+        if len(a) < 2 or len({format_value(x) for x in xs}) != len(a):
+            problems.append(f"{where}: a slope needs side a to be one configuration per value of {claim.x} (at "
+                            f"least two); it selects {', '.join(c.name for c in a)}: name the other axes in a, "
+                            f"or add them to per")
+        elif claim.log and any(not isinstance(x, (int, float)) or x <= 0 for x in xs):
+            problems.append(f"{where}: log: true needs {claim.x} > 0; it takes {', '.join(map(format_value, xs))}")
+        elif any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in xs):
+            problems.append(f"{where}: a slope needs numbers along {claim.x}; it takes "
+                            f"{', '.join(map(format_value, xs))}")
+        else:
+            a = sorted(a, key=lambda c: float(dict(c.axes)[claim.x]))
+    elif len(a) != 1:
+        problems.append(f"{where}: side a selects {len(a)} configurations ({', '.join(c.name for c in a)}); "
+                        f"name the axes that tell them apart in a, or add them to per")
+    needs_b = claim.statistic not in ("slope", "collapse_rate")
+    if needs_b and len(b) != 1:
+        problems.append(f"{where}: side b selects {len(b)} configurations"
+                        f"{' (' + ', '.join(c.name for c in b) + ')' if b else ''}; give b the axes of one "
+                        f"configuration")
+    if len(problems) > before:
+        return None
+    seeds = {frozenset(c.seeds) for c in (*a, *(b if needs_b else ()))}
+    if len(seeds) > 1:
+        problems.append(f"{where}: the configurations do not share their seeds ("
+                        + "; ".join(f"{c.name}: {sorted(c.seeds)}" for c in (*a, *b)) + "); claims pair seeds")
+        return None
+    return Row(labels, tuple(a), tuple(b if needs_b else ()))
+
+
+def summary_line(claims: Sequence[Claim], cells: Iterable[tuple[str, Mapping]], seeds: int) -> str:
+    """What `validate` and the dry run say of the sweep's claims: each with its number of rows (tests; a score
+    claim's rows are counted before their split by task)."""
+    cells = list(cells)
+    counts = ", ".join(f"{c.id} ({len(rows(c, cells, []))} row{'s' * (len(rows(c, cells, [])) != 1)})"
+                       for c in claims)
+    caveat = "; ONE seed: intervals over problems only" if seeds == 1 else ""
+    return f"claims tested by `orchestrate report`: {counts}{caveat}"

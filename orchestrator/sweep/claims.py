@@ -1,0 +1,313 @@
+"""Claims as data: what a sweep is run to test, written once and checked against the sweep's axes at `validate`.
+
+The paper's claims live in `sweeps/claims/paper.yaml` (each with the paper's words, its figure or table and its
+number where it gives one); a sweep names the ones it tests, and a researcher adds their own, in `sweep.claims`:
+
+    sweep:
+      claims:
+        - O3a                    # an id of sweeps/claims/paper.yaml (or of a claims file listed here)
+        - my-claims.yaml         # every claim of a file beside the sweep file
+        - {id: mine, statistic: difference, a: {kl.estimator: k1}, b: {kl.estimator: k3}, expect: ">"}
+
+A claim compares cells: side `a` against side `b`, each a mapping axis -> value (or a list of values) that selects
+cells; `per` lists axes that split it into rows, one test each (an axis the sweep does not vary is dropped: it takes
+one value). The statistics (orchestrator/report/claim_stats.py, orchestrator/report/run_measures.py):
+
+| statistic | compares | verdict: holds when the interval |
+|---|---|---|
+| difference | mean score of a - b, per task | lies on `expect`'s side of `boundary` (default 0) |
+| relative | (a - b) / b, per task | as difference |
+| group_relative | the mean over a task group of each task's (a - b) / b, per group | as difference |
+| equivalence | a - b, per task | lies inside [-margin, margin]; contradicted when wholly outside |
+| slope | mean score against `x` (log x with `log: true`) over a's cells, per task | as difference |
+| collapse_rate | the share of a's seeds the collapse detector flagged | as difference (a rate) |
+| instability | a run `measure` of a minus b's, paired by seed | as difference |
+
+An instability's `measure`: `drop`, the largest fall of held-out pass@1 from its running best; or `peak_kl`, the
+largest `train/kl_k1` the run logged.
+
+Pure: parsing and checking only; which cells a claim's rows take is orchestrator/sweep/claim_rows.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from record.errors import UserError
+
+PAPER_FILE = Path(__file__).resolve().parents[2] / "sweeps" / "claims" / "paper.yaml"
+SCORE_STATISTICS = ("difference", "relative", "group_relative", "equivalence", "slope")
+RUN_STATISTICS = ("collapse_rate", "instability")
+STATISTICS = SCORE_STATISTICS + RUN_STATISTICS
+METRICS = ("mean@k", "pass@k")  # per problem: the mean of its k samples' scores; 1 if any sample is right
+MEASURES = ("drop", "peak_kl")
+KEYS = ("id", "words", "where", "statistic", "a", "b", "per", "tasks", "groups", "metric", "expect", "boundary",
+        "margin", "x", "log", "measure", "paper")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim, checked on construction (`parse`): every field has the type and the companions its statistic
+    needs. `a`, `b`: axis -> tuple of values; `groups`: name -> tasks; `paper`: [(when, value)]: the paper's
+    number for the rows whose labels match `when` (an empty `when` matches every row)."""
+
+    id: str
+    statistic: str
+    a: dict[str, tuple]
+    b: dict[str, tuple] = field(default_factory=dict)
+    per: tuple[str, ...] = ()
+    tasks: tuple[str, ...] | None = None  # None: every task the compared cells were evaluated on
+    groups: tuple[str, ...] = ()
+    metric: str = "mean@k"
+    expect: str = ">"
+    boundary: float = 0.0
+    margin: float | None = None
+    x: str | None = None
+    log: bool = False
+    measure: str = "drop"
+    words: str = ""
+    where: str = ""
+    paper: tuple[tuple[tuple[tuple[str, Any], ...], str], ...] = ()
+
+    def paper_value(self, labels: Mapping[str, Any]) -> str:
+        """The paper's number for a row, by its labels (axis values, and `task` or `group`); "" if none."""
+        for when, value in self.paper:
+            if all(same(labels.get(k), v) for k, v in when):
+                return value
+        return ""
+
+    def to_dict(self) -> dict:
+        """As a claims file would write it (the manifest keeps the sweep's claims this way)."""
+        out = {"id": self.id, "statistic": self.statistic, "a": _plain(self.a), "words": self.words,
+               "where": self.where, "metric": self.metric, "expect": self.expect, "boundary": self.boundary}
+        if self.b:
+            out["b"] = _plain(self.b)
+        for key in ("per", "groups"):
+            if getattr(self, key):
+                out[key] = list(getattr(self, key))
+        if self.tasks is not None:
+            out["tasks"] = list(self.tasks)
+        out.update({k: getattr(self, k) for k in ("margin", "x") if getattr(self, k) is not None})
+        if self.log:
+            out["log"] = True
+        if self.statistic == "instability":
+            out["measure"] = self.measure
+        if self.paper:
+            out["paper"] = [{"when": dict(when), "value": value} for when, value in self.paper]
+        return out
+
+
+def same(a: Any, b: Any) -> bool:
+    """Axis values compare as numbers where both are (YAML's 1 and a cell's 1.0), else as text."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (a, b))
+    return float(a) == float(b) if numbers else str(a) == str(b)
+
+
+def _plain(side: Mapping[str, tuple]) -> dict:
+    return {k: v[0] if len(v) == 1 else list(v) for k, v in side.items()}
+
+
+# --- parsing ------------------------------------------------------------------------------------------------------
+
+def parse(raw: Any, where: str, groups: Mapping[str, Sequence[str]], problems: list[str]) -> Claim | None:
+    """One claim from its YAML mapping; None (with every problem appended, each naming `where`) when it is bad.
+    `groups`: the task groups a claim's `groups` may name (the claims file's `groups:`)."""
+    if not isinstance(raw, Mapping):
+        problems.append(f"{where}: {raw!r} is not a claim; give a mapping with id, statistic, a (and b), as in "
+                        f"sweeps/claims/paper.yaml")
+        return None
+    before = len(problems)
+    cid = raw.get("id")
+    if not isinstance(cid, str) or not cid.strip():
+        problems.append(f"{where}: id {cid!r}; give each claim a short name (O3a, mine-1)")
+        cid = "?"
+    at = f"{where} ({cid})"
+    problems += [f"{at}: unknown key {k!r}; valid: {', '.join(KEYS)}" for k in raw if k not in KEYS]
+    stat = raw.get("statistic")
+    if stat not in STATISTICS:
+        problems.append(f"{at}: statistic {stat!r}; valid: {', '.join(STATISTICS)}")
+    a, b = _side(raw.get("a"), f"{at}.a", problems, needed=True), _side(raw.get("b"), f"{at}.b", problems,
+                                                                        needed=stat not in ("slope", "collapse_rate"))
+    if stat in ("slope", "collapse_rate") and raw.get("b") is not None:
+        problems.append(f"{at}: a {stat} reads side a only; drop b")
+    per = _names(raw.get("per", []), f"{at}.per", problems)
+    tasks = None if raw.get("tasks", "each") == "each" else _names(raw.get("tasks"), f"{at}.tasks", problems)
+    chosen = _names(raw.get("groups", []), f"{at}.groups", problems)
+    _check_groups(stat, chosen, tasks, groups, at, problems)
+    metric, expect, measure = raw.get("metric", "mean@k"), raw.get("expect", ">"), raw.get("measure", "drop")
+    if metric not in METRICS:
+        problems.append(f"{at}: metric {metric!r}; valid: {', '.join(METRICS)}")
+    if expect not in (">", "<"):
+        problems.append(f"{at}: expect {expect!r}; give \">\" (the statistic exceeds boundary) or \"<\"")
+    if measure not in MEASURES:
+        problems.append(f"{at}: measure {measure!r}; valid: {', '.join(MEASURES)}")
+    boundary = _number(raw.get("boundary", 0.0), f"{at}.boundary", problems)
+    margin = raw.get("margin")
+    if stat == "equivalence" and (_number(margin, f"{at}.margin", problems) or 0) <= 0:
+        problems.append(f"{at}: an equivalence needs margin > 0 (in the metric's units: 0.02 is two points "
+                        f"of mean@k); got {margin!r}")
+    x = raw.get("x")
+    if stat == "slope" and (not isinstance(x, str) or not x):
+        problems.append(f"{at}: a slope needs x, the axis it runs along (kl.beta)")
+    if stat == "slope" and x in per:
+        problems.append(f"{at}: x {x!r} is also in per; a slope runs along it, so leave it out of per")
+    paper = _paper(raw.get("paper"), f"{at}.paper", problems)
+    words, place = raw.get("words", ""), raw.get("where", "")
+    if len(problems) > before:
+        return None
+    return Claim(cid, stat, a, b, tuple(per), None if tasks is None else tuple(tasks), tuple(chosen), metric,
+                 expect, float(boundary), None if margin is None else float(margin), x, bool(raw.get("log", False)),
+                 measure, str(words), str(place), paper)
+
+
+def _side(raw: Any, where: str, problems: list[str], needed: bool) -> dict[str, tuple]:
+    if raw is None:
+        if needed:
+            problems.append(f"{where}: missing; give the cells as axis: value (kl.estimator: k1)")
+        return {}
+    if not isinstance(raw, Mapping) or not raw:
+        problems.append(f"{where}: {raw!r}; give a non-empty mapping of axis -> value or list of values")
+        return {}
+    side = {}
+    for key, value in raw.items():
+        values = tuple(value) if isinstance(value, list) else (value,)
+        if not isinstance(key, str) or key == "seed" or not values or any(isinstance(v, (dict, list)) for v in values):
+            problems.append(f"{where}.{key}: {value!r}; give an axis of the sweep (not seed: claims pair seeds) "
+                            f"and a value or a list of values")
+            continue
+        side[key] = values
+    return side
+
+
+def _names(raw: Any, where: str, problems: list[str]) -> list[str]:
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list) or not all(isinstance(n, str) and n for n in raw):
+        problems.append(f"{where}: {raw!r}; give a list of names")
+        return []
+    return list(dict.fromkeys(raw))
+
+
+def _check_groups(stat, chosen, tasks, groups, at, problems) -> None:
+    if stat == "group_relative":
+        if not chosen:
+            problems.append(f"{at}: a group_relative needs groups (names of the claims file's task groups: "
+                            f"{', '.join(groups) or 'none defined'})")
+        unknown = [g for g in chosen if g not in groups]
+        if unknown:
+            problems.append(f"{at}: unknown task group(s) {', '.join(unknown)}; defined: "
+                            f"{', '.join(groups) or 'none (add groups: to the claims file)'}")
+        if tasks is not None:
+            problems.append(f"{at}: a group_relative takes its tasks from its groups; drop tasks")
+    elif chosen:
+        problems.append(f"{at}: groups belong to a group_relative claim; a {stat} takes tasks")
+    if stat in RUN_STATISTICS and tasks is not None:
+        problems.append(f"{at}: a {stat} reads the runs, not the evaluation tasks; drop tasks")
+
+
+def _number(raw: Any, where: str, problems: list[str]) -> float | None:
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        problems.append(f"{where}: {raw!r}; give a number")
+        return None
+    return float(raw)
+
+
+def _paper(raw: Any, where: str, problems: list[str]) -> tuple:
+    if raw is None:
+        return ()
+    if isinstance(raw, (str, int, float)):
+        return (((), str(raw)),)
+    entries = raw if isinstance(raw, list) else [raw]
+    out = []
+    for i, entry in enumerate(entries):
+        when = entry.get("when", {}) if isinstance(entry, Mapping) else None
+        if not isinstance(when, Mapping) or "value" not in entry:
+            problems.append(f"{where}[{i}]: {entry!r}; give {{when: {{axis or task or group: value}}, value: the "
+                            f"paper's number}}")
+            continue
+        out.append((tuple(when.items()), str(entry["value"])))
+    return tuple(out)
+
+
+# --- where claims come from ---------------------------------------------------------------------------------------
+
+def read_claims_file(path: Path, problems: list[str]) -> tuple[dict[str, Claim], dict[str, list[str]]]:
+    """A claims file's claims by id, and its task groups. A file that cannot be read is one problem."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        problems.append(f"claims file {path}: cannot be read ({str(error).splitlines()[0]})")
+        return {}, {}
+    if not isinstance(data, Mapping) or not isinstance(data.get("claims"), list):
+        problems.append(f"claims file {path}: give `claims:` (a list of claims) and optionally `groups:`")
+        return {}, {}
+    groups = data.get("groups") or {}
+    if not isinstance(groups, Mapping) or not all(isinstance(v, list) for v in groups.values()):
+        problems.append(f"claims file {path}: groups: give name -> list of tasks")
+        groups = {}
+    found: dict[str, Claim] = {}
+    for i, raw in enumerate(data["claims"]):
+        claim = parse(raw, f"{path.name}: claims[{i}]", groups, problems)
+        if claim and claim.id in found:
+            problems.append(f"{path.name}: claim id {claim.id!r} appears twice; ids name claims in sweeps")
+        elif claim:
+            found[claim.id] = claim
+    return found, {str(k): [str(t) for t in v] for k, v in groups.items()}
+
+
+def resolve(entries: Any, base_dir: Path, problems: list[str], paper_file: Path = PAPER_FILE
+            ) -> tuple[list[Claim], dict[str, list[str]]]:
+    """`sweep.claims` as claims, in order, and the task groups they may name: ids (of sweeps/claims/paper.yaml or of a
+    file listed), file names (relative to the sweep file), inline mappings. Every problem appended."""
+    if entries in (None, []):
+        return [], {}
+    if not isinstance(entries, list):
+        problems.append(f"sweep.claims: {entries!r}; give a list of claim ids, claims files and claims")
+        return [], {}
+    known, groups = read_claims_file(paper_file, problems)
+    from_files: list[Claim] = []
+    for entry in entries:
+        if isinstance(entry, str) and entry.endswith((".yaml", ".yml")):
+            claims, more = read_claims_file(base_dir / entry, problems)
+            groups = {**groups, **more}
+            from_files += claims.values()
+            known.update(claims)
+    out: list[Claim] = []
+    for i, entry in enumerate(entries):
+        if isinstance(entry, str) and entry.endswith((".yaml", ".yml")):
+            continue
+        if isinstance(entry, str):
+            if entry in known:
+                out.append(known[entry])
+            else:
+                problems.append(f"sweep.claims[{i}]: no claim {entry!r}; ids: {', '.join(known)}")
+        else:
+            claim = parse(entry, f"sweep.claims[{i}]", groups, problems)
+            out += [claim] if claim else []
+    out += [c for c in from_files if c not in out]
+    ids = [c.id for c in out]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        problems.append(f"sweep.claims: id(s) {', '.join(twice)} name more than one claim; give each its own id")
+    return out, groups
+
+
+def load_for_report(paths: Sequence[Path]) -> tuple[list[Claim], dict[str, list[str]]]:
+    """Every claim of claims files named at report time (`orchestrate report --claims FILE`), or one UserError."""
+    problems: list[str] = []
+    claims: list[Claim] = []
+    _, groups = read_claims_file(PAPER_FILE, problems)
+    for path in paths:
+        found, more = read_claims_file(Path(path), problems)
+        claims += found.values()
+        groups.update(more)
+    if problems:
+        raise UserError("bad claims:\n  - " + "\n  - ".join(problems))
+    return claims, groups
