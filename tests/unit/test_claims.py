@@ -239,3 +239,18 @@ def test_the_table_shows_each_claims_words_once_and_the_method_with_its_coverage
     assert [r[1] for r in rows] == ["K1 wins", ""] and [r[4] for r in rows] == ["-", "+5%"]
     assert rows[0][5].endswith("%]") and "3 seeds 0.927 / 0.963" in blocks[3][1] and "Intervals: 90%" in blocks[3][1]
     assert "claim,words,where,row,label:kl.beta,label:task" in claims_table.to_csv(found)
+
+
+def test_a_launched_sweep_keeps_its_claims_in_the_manifest_and_the_report_reads_them_back(tmp_path):
+    from orchestrator.launch.materialise import materialise
+    from orchestrator.launch.plan import make_plan
+    from orchestrator.report.claim_inputs import sweep_claims
+
+    sweep = load_sweep(REPO / "sweeps" / "tiny-study.yaml", [f"sweep.output_root={tmp_path}"])
+    sweep_dir = materialise(sweep, make_plan(sweep)).sweep_dir
+    claims, groups = sweep_claims(str(sweep_dir), [], sweep_dir)
+    assert claims == list(sweep.claims) and groups == {g: list(ts) for g, ts in sweep.claim_groups}
+    extra = tmp_path / "more.yaml"
+    extra.write_text("claims:\n  - {id: more, statistic: collapse_rate, a: {kl.estimator: k1}}\n")
+    more, _ = sweep_claims(str(sweep_dir), [], sweep_dir, [str(extra)])
+    assert [c.id for c in more][-2:] == ["O1b-tiny", "more"]
