@@ -20,7 +20,9 @@ defaults stand (an engine-core subprocess, CUDA graphs, dtype "auto", a share of
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -80,6 +82,38 @@ def hf_lm(model_dir: Path, device: str = "cpu", batch_size: int = HF_CPU_BATCH_S
     lm.model.generation_config = GenerationConfig(
         eos_token_id=saved.eos_token_id, pad_token_id=saved.pad_token_id, bos_token_id=saved.bos_token_id)
     return lm
+
+
+@contextmanager
+def seeded_samples(lm, seed: int, first_repeat: int = 0):
+    """HF (lm-eval's HFLM): inside, every sample is generated alone, torch seeded by (`seed`, its prompt's tokens,
+    its repeat index), the k repeats of a prompt numbered from `first_repeat` in the order lm-eval sends them (they
+    are identical requests). A sample's draw then depends on nothing else in the call: a task run whole, in shards or
+    resumed gives the same samples. One at a time costs the batching (docs/evaluation.md, "Shards"); other backends
+    pass through unchanged."""
+    if not hasattr(lm, "_model_generate") or not hasattr(lm, "batch_size_per_gpu"):
+        yield lm
+        return
+    generate, batch, seen = lm._model_generate, lm.batch_size_per_gpu, {}
+    shadowed = "_model_generate" in vars(lm)
+
+    def one_sample(context, max_length, stop, **kwargs):
+        prompt = hashlib.sha256(context.detach().cpu().numpy().tobytes()).digest()
+        repeat = first_repeat + seen.get(prompt, 0)
+        seen[prompt] = seen.get(prompt, 0) + 1
+        key = hashlib.sha256(f"{seed}:{repeat}:".encode() + prompt).digest()
+        torch.manual_seed(int.from_bytes(key[:8], "big") >> 1)
+        return generate(context, max_length, stop, **kwargs)
+
+    lm._model_generate, lm.batch_size_per_gpu = one_sample, 1
+    try:
+        yield lm
+    finally:
+        lm.batch_size_per_gpu = batch
+        if shadowed:
+            lm._model_generate = generate
+        else:
+            del lm._model_generate  # the class's method again
 
 
 def vllm_model_args(model_dir: Path, seed: int, tensor_parallel_size: int = 1,

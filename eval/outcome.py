@@ -2,8 +2,10 @@
 
     <run_dir>/eval/step_NNNNNN/
         tasks/<task>.yaml, utils.py        the rendered task files lm-eval ran
+        <task>/seed_S/shards/              the task's shards as they finish (eval/shards.py), joined into:
         <task>/seed_S.samples.jsonl        per problem: prompt, all k samples, their scores and answers
-        <task>/seed_S.results.json         lm-eval's numbers for the seed, with the settings and the data sha256
+        <task>/seed_S.results.json         the seed's numbers (the mean over problems), its shards, the settings and
+                                           the data sha256
         <task>.done.json                   written last: the metrics logged, the settings, the data sha256
 
 A marker or a seed's results count only for equal settings and data, so changing k, the budget or the data
@@ -70,28 +72,35 @@ def seed_result(root, task, seed, settings, data_file) -> dict | None:
     return saved["metrics"] if same and saved.get("data_sha256") == sha256_file(data_file) else None
 
 
-def save_seed(root, task, seed, out, settings, data_file, seconds) -> dict:
-    """Write the seed's per-sample jsonl and results json; return its metrics (checked: k samples per problem)."""
+def sample_rows(task: str, out: dict, doc_offset: int = 0) -> list[dict]:
+    """lm-eval's logged samples of `task` (simple_evaluate's `out`) as per-sample rows: the prompt, every sample, its
+    grade and answer, lm-eval's per-problem numbers; doc_id shifted by `doc_offset` (a shard's first problem)."""
     family = taskfiles.family(task)
     rows = []
     for s in sorted(out["samples"][task], key=lambda s: s["doc_id"]):
         kept = s["filtered_resps"][0]
         samples = [kept] if isinstance(kept, str) else list(kept)  # a str: a take_first filter (caught below)
         graded = [grade(family, text, s["doc"]) for text in samples]
-        rows.append({"doc_id": s["doc_id"], "unique_id": s["doc"].get("unique_id"), "target": s["target"],
-                     "prompt": s["arguments"][0][0], "samples": samples, "scores": [g[0] for g in graded],
-                     "answers": [g[1] for g in graded], **{m: s.get(m) for m in LM_EVAL_METRICS}})
-    reported = out["results"][task]
-    metrics = {m: float(reported[f"{m},all"]) for m in LM_EVAL_METRICS}
+        rows.append({"doc_id": s["doc_id"] + doc_offset, "unique_id": s["doc"].get("unique_id"),
+                     "target": s["target"], "prompt": s["arguments"][0][0], "samples": samples,
+                     "scores": [g[0] for g in graded], "answers": [g[1] for g in graded],
+                     **{m: s.get(m) for m in LM_EVAL_METRICS}})
+    return rows
+
+
+def save_seed(root, task, seed, rows, metrics, settings, data_file, seconds, detail=None) -> dict:
+    """Write the seed's per-sample jsonl and results json; return its metrics (checked: k samples per problem).
+    `rows`, `metrics`: the task's per-sample rows and their means (eval/shards.py `merge`); `detail`: what else the
+    results keep (the shards)."""
     bad = [r["doc_id"] for r in rows if len(r["samples"]) != settings.k]
     if bad or metrics["n_samples"] != settings.k:
         raise RuntimeError(f"{task}: lm-eval scored {metrics['n_samples']} samples per problem, not k={settings.k} "
                            f"(docs {bad[:5]}): the task's filter must keep all repeats")
-    metrics["docs"] = len(rows)
+    metrics = {**metrics, "docs": len(rows)}
     samples_path = seed_file(root, task, seed, "samples.jsonl")
     samples_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(samples_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    record = {"task": task, "seed": seed, "metrics": metrics, "lm_eval": reported, "seconds": round(seconds, 2),
+    record = {"task": task, "seed": seed, "metrics": metrics, "seconds": round(seconds, 2), **(detail or {}),
               "settings": settings.record(), "data_sha256": sha256_file(data_file)}
     atomic_write(seed_file(root, task, seed, "results.json"), json.dumps(record, indent=1, default=str))
     return metrics

@@ -27,10 +27,9 @@ from pathlib import Path
 import lm_eval
 import lm_eval.evaluator
 import torch
-from lm_eval.tasks import TaskManager
 from transformers import AutoTokenizer
 
-from eval import backends, local_data, outcome, taskfiles
+from eval import backends, local_data, outcome, sharded, taskfiles
 from eval.outcome import Settings
 from eval.target import EvalError, Target, resolve
 from record.identity.run_key import canonical_json
@@ -47,7 +46,7 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
              backend: str | None = None, max_tokens: int | None = None, chat_template: bool | None = None,
              data_dir: Path | None = None, tracking_uri: str | None = None, experiment: str | None = None,
              out_dir: Path | None = None, runs_root: Path = Path("runs"), engine_args: dict | None = None,
-             log: Callable[[str], None] = print) -> dict:
+             shard_samples: int | None = None, log: Callable[[str], None] = print) -> dict:
     """Evaluate a run's checkpoint (default: its latest) or a plain model; see the module docstring."""
     target = resolve(run_dir, runs_root)
     cfg = _run_config(target)
@@ -69,7 +68,10 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
     if not pending:
         return _kept(home, summary, target.has_run_dir)
     model_dir = _model_dir(target, cfg, step, log)
-    per_seed = _generate(model_dir, pending, files, settings, root, cfg, force, engine_args or {}, log)
+    shard_samples = shard_samples if shard_samples is not None else ev.shard_samples
+    if shard_samples is not None and (not isinstance(shard_samples, int) or shard_samples < 1):
+        raise EvalError(f"shard_samples={shard_samples!r}: give an integer >= 1 (samples a shard), or none")
+    per_seed = _generate(model_dir, pending, files, settings, root, cfg, force, engine_args or {}, shard_samples, log)
     summary["run_id"] = outcome.log_to_run(target, cfg, pending, per_seed, settings, step, home, files,
                                           tracking_uri, experiment, model_dir)
     for t in pending:
@@ -177,11 +179,10 @@ def _generation_kwargs(model_dir: Path, settings: Settings, tokenizer) -> dict:
                                       until)
 
 
-def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, log) -> dict[str, dict[int, dict]]:
-    """task -> seed -> lm-eval metrics. One engine per seed, and in it one simple_evaluate per task, each task's
-    result saved as it ends: a time limit loses at most the task in progress, and the requeued job resumes at it.
-    (HF: every call reseeds torch, so a resumed task samples as an uninterrupted one; vLLM: the engine's generator
-    runs on across a seed's tasks, so a task resumed in a new engine draws other, equally valid, samples.)"""
+def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, samples_per_shard,
+              log) -> dict[str, dict[int, dict]]:
+    """task -> seed -> metrics. One engine per seed, and in it each task shard by shard (eval/sharded.py), each
+    shard saved as it ends: a time limit loses at most the shard in progress, and the requeued job resumes at it."""
     # lm-eval records `git describe` of the working directory and lets git print "fatal: not a git repository"
     # when that is not a checkout (a model evaluated from anywhere); ours asks quietly and records "unknown".
     lm_eval.evaluator.get_git_commit_hash = quiet_git_hash
@@ -190,8 +191,7 @@ def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, 
     if settings.backend == "vllm":  # checked before any engine starts: one message, not a trace from inside vLLM
         prompt_tokens = _longest_prompt(tokenizer, tasks, files, settings.limit, settings.chat_template)
         vllm_args = _vllm_args(model_dir, cfg, settings, engine_args, prompt_tokens)
-    rendered = taskfiles.render({t: files[t] for t in tasks}, root / "tasks", settings.k, gen)
-    manager = TaskManager(include_path=str(rendered), include_defaults=False)
+    taskfiles.render({t: files[t] for t in tasks}, root / "tasks", settings.k, gen)  # the whole tasks, kept
     results: dict[str, dict[int, dict]] = {t: {} for t in tasks}
     hf = None
     for seed in settings.seeds:
@@ -211,14 +211,8 @@ def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, 
             model = backends.vllm_lm(backends.vllm_model_args(model_dir, seed, **vllm_args))
         try:
             for t in todo:
-                start = time.monotonic()
-                out = lm_eval.simple_evaluate(
-                    model=model, tasks=[t], task_manager=manager, limit=settings.limit,
-                    apply_chat_template=settings.chat_template, fewshot_as_multiturn=settings.chat_template,
-                    log_samples=True, bootstrap_iters=0, random_seed=seed, numpy_random_seed=seed,
-                    torch_random_seed=seed, fewshot_random_seed=seed)
-                results[t][seed] = outcome.save_seed(root, t, seed, out, settings, files[t],
-                                                     time.monotonic() - start)
+                results[t][seed] = sharded.evaluate(model, t, seed, files[t], settings, root, gen,
+                                                    samples_per_shard, force, log)
                 log(f"[eval] {t} seed {seed}: mean@{settings.k} {results[t][seed]['acc']:.4f} over "
                     f"{results[t][seed]['docs']} problems")
         finally:

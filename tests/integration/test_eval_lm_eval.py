@@ -218,3 +218,46 @@ def test_the_cli_evaluates_a_checkpoint_directory_then_skips_it(trained_run, cap
     second = capsys.readouterr().out
     assert "│ tiny │ evaluated │" in first and "mean@2" in first
     assert "│ tiny │ skipped │" in second and "--force re-runs it" in second
+
+
+def test_shards_give_the_whole_tasks_samples_and_a_cut_evaluation_resumes_at_its_first_unfinished_shard(
+        trained_run, tmp_path, monkeypatch):
+    """The same run evaluated whole, and in shards of 3 samples (one problem's repeats split 3 + 1), cut by a
+    stand-in for the time limit after 5 shards, then run again: the second run computes only the shards the first
+    did not finish, and the joined per-sample file is byte for byte the whole task's (each HF sample seeded on its
+    own)."""
+    import shutil
+
+    from eval import sharded, shards
+
+    copies = {}
+    for name in ("whole", "sharded"):
+        copies[name] = tmp_path / name / trained_run["key"]
+        shutil.copytree(trained_run["dir"], copies[name],
+                        ignore=shutil.ignore_patterns("eval", "evals", "eval_result.json"))
+    options = dict(limit=LIMIT, data_dir=trained_run["data"], tracking_uri=f"sqlite:///{tmp_path / 'other.db'}",
+                   log=lambda _: None)
+    whole = evaluate(copies["whole"], **options)
+    run_dir, options = copies["sharded"], {**options, "shard_samples": 3}
+    saved, calls = shards.save, []
+
+    def cut_after_five(*args, **kwargs):
+        if len(calls) == 5:
+            raise TimeoutError("the job's time limit (a stand-in)")
+        calls.append(args[3].name)
+        return saved(*args, **kwargs)
+
+    monkeypatch.setattr(shards, "save", cut_after_five)
+    with pytest.raises(TimeoutError):
+        evaluate(run_dir, **options)
+    where = shards.shard_dir(run_dir / "eval" / "step_000003", "tiny", 0)
+    assert sorted(p.name.removesuffix(".json") for p in where.glob("*.json")) == sorted(calls)
+    monkeypatch.setattr(shards, "save", saved)
+    one_call, ran = sharded._one_call, []
+    monkeypatch.setattr(sharded, "_one_call", lambda *a: ran.append(a[4].name) or one_call(*a))
+    summary = evaluate(run_dir, **options)
+    planned = shards.plan(LIMIT, K, 3)
+    assert len(planned) == 2 * LIMIT and set(ran) == {s.name for s in planned} - set(calls) and len(ran) == 11
+    joined = copies["whole"] / "eval" / "step_000003" / "tiny" / "seed_0.samples.jsonl"
+    assert (where.parent.parent / "seed_0.samples.jsonl").read_bytes() == joined.read_bytes()
+    assert summary["tasks"]["tiny"]["metrics"] == whole["tasks"]["tiny"]["metrics"]

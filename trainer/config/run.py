@@ -201,6 +201,10 @@ class EvalConfig:
     backend: str | None = None
     # Only the first N problems of each task (a smoke run on a CPU model); null: all of them, as the paper.
     limit: int | None = None
+    # At most this many samples (problems x repeats) an lm-eval call: a task is evaluated in shards, each saved as it
+    # ends, so a job cut by its time limit resumes at its first unfinished shard (eval/shards.py). null: one call a
+    # task.
+    shard_samples: int | None = None
 
     def __post_init__(self) -> None:
         raise_if(self.problems("eval"), "eval")
@@ -226,6 +230,8 @@ class EvalConfig:
             check_choice(p, f"{path}.backend", self.backend, ENGINES)  # the same two names as rollout.engine
         if self.limit is not None:
             check_int(p, f"{path}.limit", self.limit, 1)
+        if self.shard_samples is not None:
+            check_int(p, f"{path}.shard_samples", self.shard_samples, 1)
         return p
 
 

@@ -1,0 +1,106 @@
+"""A task's evaluation in shards: problem ranges x repeat ranges of its k samples, each saved when it ends, so that an
+evaluation cut by its time limit resumes at its first unfinished shard instead of starting the task over.
+
+    <run_dir>/eval/step_NNNNNN/<task>/seed_S/shards/
+        <shard>.samples.jsonl     the shard's problems, each with its samples (repeats r0..r1) and their grades
+        <shard>.json              written last: what the shard was computed from (settings, data sha256, its range)
+
+A shard counts as finished only when its marker is there and was computed from the same settings and data; a shard
+killed midway leaves at most a samples file without a marker, which is recomputed. When every shard of a task and
+seed is finished, `merge` joins them into the seed's per-sample file and results (eval/outcome.py's layout, read by
+the report), each problem's metrics recomputed from all its k samples (eval/mean_at_k.py), so the statistics are
+those of one whole call.
+
+The plan (`plan`): at most `samples_per_shard` samples a shard: whole problems (every repeat) while k fits, else one
+problem per shard with its repeats split. None: one shard, the whole task.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from eval.mean_at_k import problem_metrics
+from record.rundir import atomic_write
+
+METRICS = ("acc", "pass_at_1", "pass_at_n", "maj_at_n", "n_samples")
+
+
+@dataclass(frozen=True)
+class Shard:
+    lo: int  # problems [lo, hi)
+    hi: int
+    r0: int  # repeats [r0, r1) of each problem's k samples
+    r1: int
+
+    @property
+    def name(self) -> str:
+        return f"p{self.lo:06d}-{self.hi:06d}.r{self.r0:05d}-{self.r1:05d}"
+
+    @property
+    def samples(self) -> int:
+        return (self.hi - self.lo) * (self.r1 - self.r0)
+
+    def record(self) -> dict:
+        return {"problems": [self.lo, self.hi], "repeats": [self.r0, self.r1]}
+
+
+def plan(problems: int, k: int, samples_per_shard: int | None) -> list[Shard]:
+    """The shards of a task of `problems` problems x `k` samples, in order (problem-major)."""
+    if problems < 1 or k < 1:
+        raise ValueError(f"a task needs problems and samples; got {problems} problems, k={k}")
+    if samples_per_shard is None or samples_per_shard >= problems * k:
+        return [Shard(0, problems, 0, k)]
+    if samples_per_shard < 1:
+        raise ValueError(f"samples per shard: {samples_per_shard}; give at least 1 (one sample of one problem)")
+    if samples_per_shard >= k:
+        step = samples_per_shard // k
+        return [Shard(lo, min(lo + step, problems), 0, k) for lo in range(0, problems, step)]
+    return [Shard(p, p + 1, r, min(r + samples_per_shard, k)) for p in range(problems)
+            for r in range(0, k, samples_per_shard)]
+
+
+def shard_dir(root: Path, task: str, seed: int) -> Path:
+    return root / task / f"seed_{seed}" / "shards"
+
+
+def finished(root: Path, task: str, seed: int, shard: Shard, provenance: dict) -> bool:
+    """The shard's marker is there and was computed from `provenance` (settings, data sha256) and this range."""
+    try:
+        mark = json.loads((shard_dir(root, task, seed) / f"{shard.name}.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    return mark.get("provenance") == provenance and mark.get("shard") == shard.record()
+
+
+def save(root: Path, task: str, seed: int, shard: Shard, rows: list[dict], provenance: dict, seconds: float) -> None:
+    """The shard's rows (doc_id already global, samples of repeats r0..r1), then its marker: atomic, in that order."""
+    where = shard_dir(root, task, seed)
+    where.mkdir(parents=True, exist_ok=True)
+    bad = [r["doc_id"] for r in rows if len(r["samples"]) != shard.r1 - shard.r0]
+    if bad or sorted(r["doc_id"] for r in rows) != list(range(shard.lo, shard.hi)):
+        raise RuntimeError(f"{task} shard {shard.name}: lm-eval returned problems {[r['doc_id'] for r in rows][:5]}"
+                           f"... with samples {[len(r['samples']) for r in rows][:5]}...; expected problems "
+                           f"{shard.lo}..{shard.hi - 1} with {shard.r1 - shard.r0} samples each")
+    atomic_write(where / f"{shard.name}.samples.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    atomic_write(where / f"{shard.name}.json", json.dumps({"shard": shard.record(), "provenance": provenance,
+                                                          "seconds": round(seconds, 2)}, indent=1, sort_keys=True))
+
+
+def merge(root: Path, task: str, seed: int, shards: list[Shard]) -> tuple[list[dict], dict[str, float]]:
+    """Every shard's rows joined per problem (samples in repeat order) with each problem's metrics recomputed from
+    all its samples; and the task's metrics (the mean over problems, as lm-eval aggregates them)."""
+    by_doc: dict[int, dict] = {}
+    where = shard_dir(root, task, seed)
+    for shard in sorted(shards, key=lambda s: (s.lo, s.r0)):
+        for line in (where / f"{shard.name}.samples.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            kept = by_doc.setdefault(row["doc_id"], {**row, "samples": [], "scores": [], "answers": []})
+            for key in ("samples", "scores", "answers"):
+                kept[key] += row[key]
+    rows = [by_doc[d] for d in sorted(by_doc)]
+    for row in rows:
+        row.update(problem_metrics(row["scores"], row["answers"]))
+    metrics = {m: sum(r[m] for r in rows) / len(rows) for m in METRICS}
+    return rows, metrics
