@@ -23,7 +23,7 @@ from pathlib import Path
 
 from orchestrator.cluster.environment import record_job_environment
 from record.rundir import RunDir, atomic_write
-from trainer.run.preempt import install
+from trainer.run.preempt import install, install_for_evaluation
 from trainer.run.progress import quiet_third_party
 
 TRAIN_ENTRY = "orchestrator.jobs:train_job"
@@ -54,15 +54,21 @@ def run_train(entry: str, run_dir: str):
 
 
 def run_eval(entry: str, run_dir: str):
-    """Evaluate, and keep the result beside the run (what `orchestrate status` shows)."""
-    quiet_job_log()
-    RunDir(run_dir).ensure_config()
-    if is_rank0():
-        record_job_environment(Path(run_dir), "eval")
-    result = resolve_entry(entry)(Path(run_dir))
-    if is_rank0():
-        write_json(RunDir(run_dir).eval_result, {"result": result, "code": code_dir(), "at": time.time()})
-    return result
+    """Evaluate, and keep the result beside the run (what `orchestrate status` shows). Slurm's warning signal
+    requeues the job at once (trainer/run/preempt.py `install_for_evaluation`): its finished shards are kept and
+    the requeued job resumes at the first unfinished one."""
+    restore = install_for_evaluation(run_dir, lambda: None, PREEMPTED_EXIT)
+    try:
+        quiet_job_log()
+        RunDir(run_dir).ensure_config()
+        if is_rank0():
+            record_job_environment(Path(run_dir), "eval")
+        result = resolve_entry(entry)(Path(run_dir))
+        if is_rank0():
+            write_json(RunDir(run_dir).eval_result, {"result": result, "code": code_dir(), "at": time.time()})
+        return result
+    finally:
+        restore()
 
 
 def quiet_job_log() -> None:

@@ -38,6 +38,7 @@ from orchestrator.sweep.config_tree import (
     lookup,
     resolve_references,
 )
+from orchestrator.sweep.memory import with_shard_plan
 from orchestrator.sweep.spec import Axis, SweepSpec, parse_override_values
 from record.display import cell_name, format_value
 from record.errors import ConfigError
@@ -106,6 +107,8 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
         profile = load_profile(spec.profile, spec.slurm_overrides, problems)
         bases = _Bases(composer, groups, fixed, spec.name, profile.tracking_uri if profile else None)
         cells, duplicates = _expand(spec, bases, _group_keys(spec, dirs), profile, problems)
+        if profile is not None and not problems:
+            cells = with_shard_plan(cells, profile)  # eval.shard_samples from the eval job's time limit
         baselines = expand_baselines(spec.baselines, bases, problems)
     # Against cells only when they expanded whole: rows over a broken grid would only repeat its problems.
     claims, groups = check_claims(spec.claims, path.parent, cells if not problems else [], problems)

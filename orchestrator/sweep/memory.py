@@ -2,10 +2,10 @@
 peak per GPU and the evaluation job's host and GPU memory (trainer/analysis/memory_plan.py), against the profile's
 `gpu_mem_gb` and eval `mem_gb`. `orchestrate validate` and the sweep's dry run print them; validate and a
 submission refuse a plan that does not fit, naming the knob to turn. Beside them, the evaluation's time: its
-largest task, whose samples at the token cap must fit the eval job's time limit (one lm-eval call per task: a
-limit loses at most that task, and a task longer than a job would start over every time), a warning when they may
-not. Pure: nothing is read but the sweep and the task
-files.
+largest task at the token cap, and the shards it runs in (eval/shards.py): each at most a third of the eval job's
+time limit, so a job cut by its limit loses at most one shard and its requeue resumes at the next; `eval.shard_samples`
+is planned here for every cell that leaves it null (`with_shard_plan`), and a sweep where one decode batch alone
+exceeds a third of the limit is refused. Pure: nothing is read but the sweep and the task files.
 
 The time is an estimate, never measured (no GPU has run this project): vLLM decodes as many samples at once as
 the KV cache holds (at most 256, its max_num_seqs), one token each per decode step of ~EVAL_DECODE_STEP_S for a 4-8B
@@ -14,12 +14,16 @@ running to eval.max_tokens: the worst case."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from eval import local_data, taskfiles
+from eval.shards import plan as plan_shards
 from orchestrator.cluster.vllm_share import source
 from trainer.analysis.memory_plan import EvalPlan, MemoryPlan, eval_plan, plan
 
 EVAL_DECODE_STEP_S = 0.03  # one decode step of a full batch, 4-8B model, one A100: an estimate (the docstring)
 VLLM_MAX_SEQS = 256        # vLLM's default max_num_seqs
+SHARD_SHARE = 1 / 3        # a shard's worst case takes at most this share of the eval job's time limit
 DEFAULT_ROWS = 500         # a task whose data size is set at prepare time (countdown_heldout: 500)
 
 
@@ -63,7 +67,8 @@ def plan_report(sweep) -> tuple[list[str], list[str]]:
     for planned in [*memory_plans(sweep), *eval_plans(sweep)]:
         lines += planned.lines()
         problems += [planned.problem()] if planned.problem() else []
-    return lines + eval_time_lines(sweep), problems
+    time_lines, time_problems = eval_time_report(sweep)
+    return lines + time_lines, problems + time_problems
 
 
 def share_lines(sweep) -> list[str]:
@@ -84,14 +89,41 @@ def share_lines(sweep) -> list[str]:
     return lines
 
 
-def eval_time_lines(sweep) -> list[str]:
-    """Per evaluation plan, its largest task's worst-case hours against the eval job's time limit; a warning line
-    (starting 'warning:') when they exceed it. Nothing where the profile states no gpu_mem_gb (no vLLM share)."""
-    lines, seen, memo = [], set(), {}
+def shard_samples(c, profile, planned: EvalPlan) -> int:
+    """The most samples a shard may hold so that, every sample running to eval.max_tokens, it takes at most
+    SHARD_SHARE of the eval job's time limit: whole decode batches of `max_tokens` steps each. 0: not even one
+    sample fits (validation refuses the sweep)."""
+    seqs = _batch(planned)
+    batch_s = c.eval.max_tokens * EVAL_DECODE_STEP_S
+    return int(profile.eval.time_min * 60 * SHARD_SHARE // batch_s) * seqs
+
+
+def with_shard_plan(cells, profile) -> list:
+    """The cells with eval.shard_samples planned where the sweep leaves it null, on a profile that states
+    gpu_mem_gb (a GPU cluster: the time estimate needs the KV cache). Machinery: no run_key changes."""
+    if not profile.gpu_mem_gb:
+        return list(cells)
+    out, memo = [], {}
+    for cell in cells:
+        c = cell.config
+        planned = _eval_plan(c, profile, memo) if c.eval.shard_samples is None else None
+        size = shard_samples(c, profile, planned) if planned is not None else 0
+        if size > 0:
+            c = replace(c, eval=replace(c.eval, shard_samples=size))
+            cell = replace(cell, config=c)
+        out.append(cell)
+    return out
+
+
+def eval_time_report(sweep) -> tuple[list[str], list[str]]:
+    """Per evaluation plan: its largest task's worst-case hours, and the shards it runs in (each at most a third of
+    the eval job's time limit, eval/shards.py), or a problem where one sample alone does not fit. Nothing where the
+    profile states no gpu_mem_gb (no vLLM share)."""
+    lines, problems, seen, memo = [], [], set(), {}
     limit_h = sweep.profile.eval.time_min / 60
     for cell in sweep.cells:
         c = cell.config
-        key = (c.model.name_or_path, c.eval.tasks, c.eval.k, c.eval.max_tokens, c.eval.limit)
+        key = (c.model.name_or_path, c.eval.tasks, c.eval.k, c.eval.max_tokens, c.eval.limit, c.eval.shard_samples)
         if not sweep.profile.gpu_mem_gb or key in seen:
             continue
         planned = _eval_plan(c, sweep.profile, memo)
@@ -100,18 +132,29 @@ def eval_time_lines(sweep) -> list[str]:
         seen.add(key)
         rows = {t: _rows(t, c.eval.limit) for t in c.eval.tasks}
         task = max(rows, key=rows.get)
-        samples = rows[task] * c.eval.k
-        per_s = min(max(planned.kv_tokens // max(planned.seq_tokens, 1), 1), VLLM_MAX_SEQS) / EVAL_DECODE_STEP_S
+        samples, seqs = rows[task] * c.eval.k, _batch(planned)
+        per_s = seqs / EVAL_DECODE_STEP_S
         hours = samples * c.eval.max_tokens / per_s / 3600
+        size = c.eval.shard_samples or shard_samples(c, sweep.profile, planned)
+        if size < 1:
+            one_h = c.eval.max_tokens * EVAL_DECODE_STEP_S / 3600
+            problems.append(f"evaluation time: one decode batch of {planned.model} at eval.max_tokens "
+                            f"{c.eval.max_tokens:,} takes ~{one_h:.1f} h, more than a third of the eval job's "
+                            f"{limit_h:g} h: raise eval time_min in the Slurm profile or lower eval.max_tokens")
+            continue
+        count = len(plan_shards(rows[task], c.eval.k, size))
+        shard_h = min(size, samples) * c.eval.max_tokens / per_s / 3600 if size >= seqs else \
+            c.eval.max_tokens * EVAL_DECODE_STEP_S / 3600
         lines.append(f"evaluation time {planned.model} (estimated, every sample at the cap): largest task {task}, "
-                     f"{samples:,} samples x {c.eval.max_tokens:,} tokens, ~{hours:.1f} h at ~{per_s:,.0f} tokens/s; "
-                     f"the eval job's limit {limit_h:g} h")
-        if hours > limit_h:
-            lines.append(f"warning: {planned.model}'s {task} may not finish within one eval job ({limit_h:g} h) if "
-                         f"its samples run to {c.eval.max_tokens} tokens: a task is one lm-eval call, and one cut by "
-                         f"the time limit starts over; raise eval time_min in the Slurm profile or lower "
-                         f"eval.max_tokens")
-    return lines
+                     f"{samples:,} samples x {c.eval.max_tokens:,} tokens, ~{hours:.1f} h at ~{per_s:,.0f} tokens/s, "
+                     f"in {count:,} shard(s) of at most {size:,} samples (~{shard_h:.2f} h each; the eval job's limit "
+                     f"{limit_h:g} h); a job cut by its limit resumes at its first unfinished shard")
+    return lines, problems
+
+
+def _batch(planned: EvalPlan) -> int:
+    """Samples vLLM decodes at once: as many as the KV cache holds, at most its max_num_seqs."""
+    return min(max(planned.kv_tokens // max(planned.seq_tokens, 1), 1), VLLM_MAX_SEQS)
 
 
 def _rows(task: str, limit: int | None) -> int:

@@ -261,3 +261,47 @@ def test_shards_give_the_whole_tasks_samples_and_a_cut_evaluation_resumes_at_its
     joined = copies["whole"] / "eval" / "step_000003" / "tiny" / "seed_0.samples.jsonl"
     assert (where.parent.parent / "seed_0.samples.jsonl").read_bytes() == joined.read_bytes()
     assert summary["tasks"]["tiny"]["metrics"] == whole["tasks"]["tiny"]["metrics"]
+
+
+def test_the_warning_signal_ends_an_evaluation_between_nothing_and_its_next_run_resumes(trained_run, tmp_path):
+    """The evaluation job's entry (orchestrator/cluster/entry.py run_eval) in its own process, sent SIGUSR2 (what
+    Slurm sends before the time limit) once three shards are saved: outside Slurm no requeue is possible, so it
+    leaves with the preempted exit code (75, which the watcher resubmits) at once, in the middle of a shard; the
+    next run computes only the shards still missing."""
+    import os
+    import shutil
+    import signal
+
+    from eval import shards
+
+    run_dir = tmp_path / trained_run["key"]
+    shutil.copytree(trained_run["dir"], run_dir, ignore=shutil.ignore_patterns("eval", "evals", "eval_result.json"))
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    config["eval"].update({"limit": LIMIT, "shard_samples": 2})
+    config["tracking"]["tracking_uri"] = f"sqlite:///{tmp_path / 'other.db'}"
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    env = {**os.environ, "COMEDY_DATA": str(trained_run["data"]), "OMP_NUM_THREADS": "1"}
+    env.pop("SLURM_JOB_ID", None)
+    code = ("import sys; from orchestrator.cluster.entry import run_eval, EVAL_ENTRY; "
+            "run_eval(EVAL_ENTRY, sys.argv[1])")
+    where = shards.shard_dir(run_dir / "eval" / "step_000003", "tiny", 0)
+    job = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], cwd=tmp_path, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while len(list(where.glob("*.json"))) < 3:
+        assert job.poll() is None and time.monotonic() < deadline, job.communicate()[0][-3000:]
+        time.sleep(0.05)
+    job.send_signal(signal.SIGUSR2)
+    out = job.communicate(timeout=120)[0]
+    assert job.returncode == 75, out[-3000:]
+    done = {p.name for p in where.glob("*.json")}
+    planned = shards.plan(LIMIT, K, 2)
+    assert 3 <= len(done) < len(planned), done
+    assert not (run_dir / "eval" / "step_000003" / "tiny" / "seed_0.samples.jsonl").exists()
+    again = subprocess.run([sys.executable, "-c", code, str(run_dir)], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"{len(done)} of {len(planned)} shards finished" in again.stdout + again.stderr
+    assert {p.name for p in where.glob("*.json")} == {f"{s.name}.json" for s in planned}
+    result = json.loads((run_dir / "eval_result.json").read_text())["result"]
+    assert result["tasks"]["tiny"]["status"] == "evaluated"

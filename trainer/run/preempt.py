@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # annotations only: this module is imported by the job's entr
     import torch
 
 ACTOR = "trainer/run/preempt.py"  # what a requeue record names as the code that asked for it
+EVAL_ACTOR = "trainer/run/preempt.py (evaluation)"
 
 
 class Preemption:
@@ -92,23 +93,58 @@ def install() -> tuple[Preemption, bool]:
     return _OWNER, False
 
 
-def requeue_self(run_dir: str | os.PathLike, step: int) -> bool:
-    """Ask Slurm to requeue this job (it restarts from the latest checkpoint), from rank 0 only, and write the request
-    down (`RunDir.requeues`, and a `[requeue]` line in the log). False outside Slurm or when Slurm refused (a job
-    submitted with --no-requeue: the watcher resubmits it)."""
+def install_for_evaluation(run_dir: str | os.PathLike, step_of, exit_code: int):
+    """An evaluation job's handling of Slurm's signals (orchestrator/cluster/entry.py `run_eval`). Its progress is
+    its finished shards, each saved when it ends (eval/shards.py), so there is nothing to save at a boundary: on the
+    warning (SIGUSR2) it asks for its requeue at once, losing only the shard in flight, and leaves (`exit_code`
+    when Slurm refused: the watcher resubmits it); SIGTERM ends it (143), never requeued. `step_of()`: the
+    checkpoint step it evaluates, for the record (None before it is known). Returns what puts the handlers back
+    (an evaluation run inside another process, a test's)."""
+    owner, mine = install()
+
+    def handle(signum, frame) -> None:
+        owner._handle(signum, frame)
+        if signum != signal.SIGUSR2:
+            raise SystemExit(128 + signum)
+        step = step_of()
+        accepted = requeue_self(run_dir, -1 if step is None else step, "finished shards kept", EVAL_ACTOR)
+        raise SystemExit(0 if accepted else exit_code)
+
+    previous = {}
+    for sig in Preemption.SIGNALS:
+        try:
+            previous[sig] = signal.signal(sig, handle)
+        except ValueError:  # not the main thread: no signals
+            pass
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if mine:
+            owner.restore()
+
+    return restore
+
+
+def requeue_self(run_dir: str | os.PathLike, step: int, kept: str = "checkpoint saved",
+                 actor: str = ACTOR) -> bool:
+    """Ask Slurm to requeue this job (it restarts from the latest checkpoint, or an evaluation from its first
+    unfinished shard), from rank 0 only, and write the request down (`RunDir.requeues`, and a `[requeue]` line in
+    the log, saying what was `kept`). False outside Slurm or when Slurm refused (a job submitted with --no-requeue:
+    the watcher resubmits it)."""
     job = os.environ.get("SLURM_JOB_ID")
     if not job:
         return False
     array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
     target = f"{array}_{task}" if array and task else job
     done = subprocess.run(["scontrol", "requeue", target], capture_output=True, text=True)
-    record = {"by": ACTOR, "signal": "SIGUSR2", "step": step, "job": target,
+    record = {"by": actor, "signal": "SIGUSR2", "step": step, "job": target,
               "restart": int(os.environ.get("SLURM_RESTART_COUNT", "0")), "accepted": done.returncode == 0,
               "at": time.time()}
     if done.returncode:
         record["error"] = (done.stderr or done.stdout).strip()[-300:]
     with Path(RunDir(run_dir).requeues).open("a") as f:
         f.write(json.dumps(record) + "\n")
-    print(f"[requeue] {ACTOR}: the warning signal at step {step}, checkpoint saved; scontrol requeue {target}: "
+    print(f"[requeue] {actor}: the warning signal at step {step}, {kept}; scontrol requeue {target}: "
           f"{'accepted' if record['accepted'] else 'refused: ' + record['error']}", flush=True)
     return record["accepted"]
