@@ -51,11 +51,11 @@ class Row:
 def rows(claim: Claim, cells: Iterable[tuple[str, Mapping]], problems: list[str]) -> list[Row]:
     """The claim's rows over `cells`; every problem (an axis or value the cells lack, a side that selects no cell
     or several configurations, unpaired seeds) appended, naming the claim."""
-    cells = [(key, dict(axes)) for key, axes in cells]
+    configs = _configs(cells)  # matched as configurations (tens), not cells (a 10,000-cell sweep's seeds)
     values: dict[str, list] = {}
-    for _, axes in cells:
-        for k, v in axes.items():
-            if k != "seed" and not any(same(v, w) for w in values.setdefault(k, [])):
+    for config in configs:
+        for k, v in config.axes:
+            if not any(same(v, w) for w in values.setdefault(k, [])):
                 values[k].append(v)
     before = len(problems)
     for side in ("a", "b"):
@@ -73,13 +73,13 @@ def rows(claim: Claim, cells: Iterable[tuple[str, Mapping]], problems: list[str]
     if len(problems) > before:
         return []
     per = [p for p in claim.per if p in values]  # an axis the sweep does not vary takes one value: no split
-    side_a = [(k, ax) for k, ax in cells if _matches(ax, claim.a)]
+    side_a = [c for c in configs if _matches(dict(c.axes), claim.a)]
     found = []
-    for labels in dict.fromkeys(tuple(ax.get(p) for p in per) for _, ax in side_a):
+    for labels in dict.fromkeys(tuple(dict(c.axes).get(p) for p in per) for c in side_a):
         row_labels = tuple(zip(per, labels))
-        a_cells = [(k, ax) for k, ax in side_a if _in_row(ax, row_labels, {})]
-        b_cells = [(k, ax) for k, ax in cells if _matches(ax, claim.b) and _in_row(ax, row_labels, claim.b)]
-        row = _row(claim, row_labels, a_cells, b_cells, problems)
+        a = [c for c in side_a if _in_row(dict(c.axes), row_labels, {})]
+        b = [c for c in configs if _matches(dict(c.axes), claim.b) and _in_row(dict(c.axes), row_labels, claim.b)]
+        row = _row(claim, row_labels, a, b, problems)
         found += [row] if row else []
     return found
 
@@ -121,7 +121,7 @@ def _in_row(axes: Mapping, labels: tuple, named: Mapping) -> bool:
     return all(k in named or k not in axes or same(axes[k], v) for k, v in labels)
 
 
-def _configs(cells: list[tuple[str, dict]]) -> list[Config]:
+def _configs(cells: Iterable[tuple[str, Mapping]]) -> list[Config]:
     by: dict[str, tuple[tuple, dict[int, str]]] = {}
     for key, axes in cells:
         config = tuple((k, v) for k, v in axes.items() if k != "seed")
@@ -129,9 +129,8 @@ def _configs(cells: list[tuple[str, dict]]) -> list[Config]:
     return [Config(axes, seeds) for axes, seeds in by.values()]
 
 
-def _row(claim: Claim, labels: tuple, a_cells, b_cells, problems: list[str]) -> Row | None:
+def _row(claim: Claim, labels: tuple, a: list[Config], b: list[Config], problems: list[str]) -> Row | None:
     where = f"claim {claim.id}" + (f" ({', '.join(f'{k} {format_value(v)}' for k, v in labels)})" if labels else "")
-    a, b = _configs(a_cells), _configs(b_cells)
     before = len(problems)
     if claim.statistic == "slope":
         xs = [dict(c.axes).get(claim.x) for c in a]
@@ -168,7 +167,7 @@ def summary_line(claims: Sequence[Claim], cells: Iterable[tuple[str, Mapping]], 
     """What `validate` and the dry run say of the sweep's claims: each with its number of rows (tests; a score
     claim's rows are counted before their split by task)."""
     cells = list(cells)
-    counts = ", ".join(f"{c.id} ({len(rows(c, cells, []))} row{'s' * (len(rows(c, cells, [])) != 1)})"
-                       for c in claims)
+    found = {c.id: len(rows(c, cells, [])) for c in claims}
+    counts = ", ".join(f"{i} ({n} row{'s' * (n != 1)})" for i, n in found.items())
     caveat = "; ONE seed: intervals over problems only" if seeds == 1 else ""
     return f"claims tested by `orchestrate report`: {counts}{caveat}"

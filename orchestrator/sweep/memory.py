@@ -103,14 +103,16 @@ def with_shard_plan(cells, profile) -> list:
     gpu_mem_gb (a GPU cluster: the time estimate needs the KV cache). Machinery: no run_key changes."""
     if not profile.gpu_mem_gb:
         return list(cells)
-    out, memo = [], {}
+    out, memo, sections = [], {}, {}
     for cell in cells:
         c = cell.config
         planned = _eval_plan(c, profile, memo) if c.eval.shard_samples is None else None
         size = shard_samples(c, profile, planned) if planned is not None else 0
-        if size > 0:
-            c = replace(c, eval=replace(c.eval, shard_samples=size))
-            cell = replace(cell, config=c)
+        if size > 0:  # one new eval section per distinct one and size: cells keep sharing it (issue 25)
+            key = (id(c.eval), size)
+            if key not in sections:
+                sections[key] = (c.eval, replace(c.eval, shard_samples=size))  # the old one kept: ids stay unique
+            cell = replace(cell, config=replace(c, eval=sections[key][1]))
         out.append(cell)
     return out
 

@@ -66,7 +66,26 @@ def test_the_evaluations_largest_task_is_timed_against_the_eval_jobs_limit():
     lines, problems = plan_report(load_sweep(REPO / "sweeps/onpolicy.yaml", []))
     timed = [line for line in lines if line.startswith("evaluation time")]
     assert len(timed) == 2 and all("largest task math500, 16,000 samples x 4,096 tokens" in t for t in timed), timed
-    assert "~3.2 h at ~5,633 tokens/s; the eval job's limit 4 h" in timed[0]  # Qwen2.5-7B: fits at the cap
-    warned = [line for line in lines if line.startswith("warning:")]
-    assert len(warned) == 1 and warned[0].startswith("warning: meta-llama/Llama-3.1-8B-Instruct's math500 may not")
-    assert problems == []  # a warning, not a refusal: the cap is the worst case
+    assert "~3.2 h at ~5,633 tokens/s, in 3 shard(s) of at most 6,591 samples (~1.33 h each; the eval job's " \
+        "limit 4 h)" in timed[0]  # Qwen2.5-7B
+    assert "~7.6 h at ~2,400 tokens/s, in 6 shard(s) of at most 2,808 samples" in timed[1]  # Llama: longer than a job
+    assert not [line for line in lines if line.startswith("warning:")] and problems == []
+
+
+def test_the_shard_plan_sets_each_cells_shard_size_and_keeps_what_the_sweep_set():
+    sweep = load_sweep(REPO / "sweeps/async.yaml", [])
+    sizes = {c.config.model.name_or_path: c.config.eval.shard_samples for c in sweep.cells}
+    assert sizes == {"Qwen/Qwen2.5-7B": 1786, "Qwen/Qwen3-4B-Instruct-2507": 779}  # a third of 4 h at the cap each
+    by_hand = load_sweep(REPO / "sweeps/async.yaml", ["eval.shard_samples=64"])
+    assert {c.config.eval.shard_samples for c in by_hand.cells} == {64}
+    assert [c.run_key for c in by_hand.cells] == [c.run_key for c in sweep.cells]  # machinery: nothing retrains
+    from record.identity.run_key import eval_id
+    assert {eval_id(c.config) for c in by_hand.cells} == {eval_id(c.config) for c in sweep.cells}
+    assert not any(c.config.eval.shard_samples for c in load_sweep(REPO / "sweeps/smoke.yaml").cells)  # CPU: whole
+
+
+def test_a_sweep_whose_one_decode_batch_exceeds_a_third_of_the_eval_limit_is_refused():
+    sweep = load_sweep(REPO / "sweeps/async.yaml", ["sweep.slurm.overrides.eval.time_min=10"])
+    _, problems = plan_report(sweep)
+    assert problems and all(p.startswith("evaluation time: one decode batch of") for p in problems), problems
+    assert "raise eval time_min in the Slurm profile or lower eval.max_tokens" in problems[0]
