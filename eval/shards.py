@@ -18,6 +18,7 @@ problem per shard with its repeats split. None: one shard, the whole task.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,7 +86,27 @@ def save(root: Path, task: str, seed: int, shard: Shard, rows: list[dict], prove
                            f"{shard.lo}..{shard.hi - 1} with {shard.r1 - shard.r0} samples each")
     atomic_write(where / f"{shard.name}.samples.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     atomic_write(where / f"{shard.name}.json", json.dumps({"shard": shard.record(), "provenance": provenance,
-                                                          "seconds": round(seconds, 2)}, indent=1, sort_keys=True))
+                                                          "seconds": round(seconds, 2), "job": slurm_job()},
+                                                         indent=1, sort_keys=True))
+
+
+def slurm_job() -> str | None:
+    """This job as the ledger names it (`<array>_<task>` for an array task), None outside Slurm."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    return f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
+
+
+def jobs_with_shards(run_dir: Path) -> set[str]:
+    """The jobs that finished at least one shard of any evaluation of the run: an attempt among them made progress,
+    and the watcher does not count it against the retry budget (orchestrator/watch/watcher.py)."""
+    jobs = set()
+    for marker in Path(run_dir).glob("eval/step_*/*/seed_*/shards/*.json"):
+        try:
+            job = json.loads(marker.read_text()).get("job")
+        except (OSError, json.JSONDecodeError):
+            continue
+        jobs.add(job) if job else None
+    return jobs
 
 
 def merge(root: Path, task: str, seed: int, shards: list[Shard]) -> tuple[list[dict], dict[str, float]]:

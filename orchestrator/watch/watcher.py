@@ -21,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
+from eval.shards import jobs_with_shards
 from orchestrator.cluster.entry import PREEMPTED_EXIT
 from orchestrator.cluster.options import load_options
 from orchestrator.cluster.query import SlurmError
@@ -79,16 +81,17 @@ def human_bytes(n: int | None) -> str:
 
 
 def decide(record: dict, verdict: str | None, now: float, max_retries: int = 3,
-           grace_s: float = REQUEUE_GRACE_S) -> Action | None:
+           grace_s: float = REQUEUE_GRACE_S, progressed: frozenset = frozenset()) -> Action | None:
     """One cell's next step, or None (nothing to do yet). Pure: the record, the collapse verdict ("stable",
-    "unstable", "collapsed" or None) and the time in; an action out."""
+    "unstable", "collapsed" or None), the time and the evaluation jobs that finished a shard (`progressed`: their
+    attempts spend no retry budget: an evaluation longer than its jobs advances by them) in; an action out."""
     if record.get("final"):
         return None
     train = latest(record, "train")
     if train is None or train["state"] in LIVE:
         return None  # planned (the launcher or the local pump starts it) or still in Slurm's hands
     if train["state"] == "COMPLETED":
-        return _after_training(record, now, max_retries, grace_s)
+        return _after_training(record, now, max_retries, grace_s, progressed)
     return _after_failure(record, train, verdict, now, max_retries, grace_s)
 
 
@@ -112,7 +115,8 @@ def _waiting_evals(record: dict) -> tuple[str, ...]:
     return (ev["job_id"],) if ev and ev["job_id"] and ev["state"] in LIVE else ()
 
 
-def _after_training(record: dict, now: float, max_retries: int, grace_s: float) -> Action | None:
+def _after_training(record: dict, now: float, max_retries: int, grace_s: float,
+                    progressed: frozenset = frozenset()) -> Action | None:
     key, train, ev = record["run_key"], latest(record, "train"), latest(record, "eval")
     stale = ev is not None and ev.get("after") not in (None, train["job_id"])  # chained on an older training
     # ... or another evaluation than the cell's now (a relaunch changed what evaluates: record/identity/fields.py)
@@ -125,11 +129,11 @@ def _after_training(record: dict, now: float, max_retries: int, grace_s: float) 
     if ev["state"] == "COMPLETED":
         return Action(key, "complete", f"trained ({train['job_id']}) and evaluated ({ev['job_id']})",
                       status="completed")
-    return _after_failure(record, ev, None, now, max_retries, grace_s)
+    return _after_failure(record, ev, None, now, max_retries, grace_s, progressed)
 
 
 def _after_failure(record: dict, job: dict, verdict: str | None, now: float, max_retries: int,
-                   grace_s: float) -> Action | None:
+                   grace_s: float, progressed: frozenset = frozenset()) -> Action | None:
     key, kind, what, state = record["run_key"], job["kind"], describe(job), job["state"]
     cancel = _waiting_evals(record) if kind == "train" else ()
 
@@ -154,10 +158,14 @@ def _after_failure(record: dict, job: dict, verdict: str | None, now: float, max
                        f"infrastructure; see `orchestrate logs {key}`")
     if state not in RETRYABLE:
         return give_up("gave_up", f"{state} is not an infrastructure failure; not resubmitted")
-    used = len(previous)  # resubmissions so far (a LOST intent never ran: it spends nothing)
-    if state != "LOST" and used >= max_retries:
+    # resubmissions so far (a LOST intent never ran: it spends nothing; an evaluation that finished shards advanced)
+    advanced = [a for a in (*previous, job) if a.get("job_id") in progressed]
+    used = len([a for a in previous if a not in advanced])
+    if state != "LOST" and used >= max_retries and job not in advanced:
         return give_up("gave_up", f"retry budget spent ({used} of {max_retries} resubmissions)")
-    budget = "" if state == "LOST" else f" ({used + 1} of at most {max_retries} resubmissions)"
+    spent = 0 if job in advanced else 1
+    budget = "" if state == "LOST" else f" ({used + spent} of at most {max_retries} resubmissions" + (
+        f"; {len(advanced)} attempt(s) that finished evaluation shards not counted)" if advanced else ")")
     why = "checkpointed on the warning signal, not requeued by Slurm" if preempted else RETRYABLE[state]
     return Action(key, "resubmit", f"{what}: {why}; submitted again as attempt {job['attempt'] + 1}"
                   f"{budget}, resuming from its latest checkpoint", kind=kind, cancel=cancel)
@@ -179,7 +187,8 @@ class Watcher:
         settle_intents(self.ledger, self.backend, records)
         refresh(self.ledger, self.backend, records)
         for record in records.values():
-            action = decide(record, _verdict(record), time.time(), self.max_retries, self.grace_s)
+            action = decide(record, _verdict(record), time.time(), self.max_retries, self.grace_s,
+                            _progressed(record))
             if action is not None:
                 self.act(record, action)
         if self.backend.kind == "local":
@@ -272,6 +281,15 @@ class Watcher:
                 time.sleep(min(1.0, max(0.0, next_poll - time.monotonic())))
             if self.settled(records) or time.monotonic() >= deadline or stop():
                 return records
+
+
+def _progressed(record: dict) -> frozenset:
+    """The evaluation jobs of the cell that finished a shard (eval/shards.py), read only where its latest evaluation
+    ended otherwise than COMPLETED: what `decide` needs to spare their attempts the retry budget."""
+    ev = latest(record, "eval")
+    if record.get("final") or ev is None or ev["state"] in LIVE or ev["state"] == "COMPLETED":
+        return frozenset()
+    return frozenset(jobs_with_shards(Path(record["run_dir"])))
 
 
 def _verdict(record: dict) -> str | None:

@@ -307,3 +307,32 @@ def test_a_job_slurm_requeues_in_place_is_never_submitted_again_beside_it(tmp_pa
     Watcher(ledger, backend, grace_s=0.0).poll()
     assert [kind for kind, _ in backend.submitted] == ["eval"]
     assert len(L.attempts(ledger.load("k1"), "train")) == 1
+
+
+def test_an_evaluation_attempt_that_finished_shards_spends_no_retry_budget():
+    """A 26 h evaluation in 4 h jobs needs seven attempts: those that finished a shard (eval/shards.py markers
+    name their job) advanced it and are not counted; an attempt that finished none is, so a shard that can never
+    fit still ends."""
+    timeouts = [evaluation("TIMEOUT") for _ in range(5)]
+    record = cell(train("COMPLETED"), *timeouts)  # job ids 2..6 are the evaluations
+    assert decide(record, None, NOW, max_retries=3).status == "gave_up"
+    action = decide(record, None, NOW, max_retries=3, progressed=frozenset({"2", "3", "4", "5", "6"}))
+    assert action.do == "resubmit" and action.kind == "eval"
+    assert "(0 of at most 3 resubmissions; 5 attempt(s) that finished evaluation shards not counted)" in action.reason
+    stuck = decide(record, None, NOW, max_retries=3, progressed=frozenset({"2"}))  # four attempts without a shard
+    assert stuck.status == "gave_up" and "budget spent (3 of 3" in stuck.reason
+
+
+def test_the_jobs_that_finished_shards_are_read_from_the_shard_markers(tmp_path, monkeypatch):
+    from eval import shards
+
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
+    root = tmp_path / "eval" / "step_000004"
+    shard = shards.Shard(0, 1, 0, 1)
+    row = {"doc_id": 0, "samples": ["x"], "scores": [1.0], "answers": ["1"]}
+    shards.save(root, "tiny", 0, shard, [row], {}, 0.1)
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "80")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
+    shards.save(root, "tiny", 1, shard, [row], {}, 0.1)
+    assert shards.jobs_with_shards(tmp_path) == {"77", "80_3"}
