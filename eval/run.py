@@ -29,7 +29,7 @@ import lm_eval.evaluator
 import torch
 from transformers import AutoTokenizer
 
-from eval import backends, local_data, outcome, sharded, taskfiles
+from eval import backends, local_data, outcome, sharded, shards, taskfiles
 from eval.outcome import Settings
 from eval.target import EvalError, Target, resolve
 from record.identity.run_key import canonical_json
@@ -58,25 +58,32 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
     home = RunDir(target.path if target.has_run_dir else Path(out_dir or runs_root / "eval" / target.run_key))
     root = home.eval_step(step)
     files = _data_files(tasks, Path(data_dir or local_data.default_data_dir()), root / "data")
-    marks = {t: outcome.marker(root, t, settings, files[t]) for t in tasks}
-    pending = [t for t in tasks if force or marks[t] is None]
-    summary = {"target": str(target.path), "run_key": target.run_key, "step": step, "settings": settings.record(),
-               "tasks": {t: {"status": "skipped", "metrics": marks[t]["metrics"]} for t in tasks if t not in pending}}
-    for t in summary["tasks"]:
-        log(f"[eval] {t}: already evaluated at step {step} with these settings ({root / (t + '.done.json')}); "
-            f"skipped (--force re-runs it)")
-    if not pending:
-        return _kept(home, summary, target.has_run_dir)
-    model_dir = _model_dir(target, cfg, step, log)
     shard_samples = shard_samples if shard_samples is not None else ev.shard_samples
-    if shard_samples is not None and (not isinstance(shard_samples, int) or shard_samples < 1):
+    if shard_samples is not None and (isinstance(shard_samples, bool) or not isinstance(shard_samples, int)
+                                      or shard_samples < 1):
         raise EvalError(f"shard_samples={shard_samples!r}: give an integer >= 1 (samples a shard), or none")
-    per_seed = _generate(model_dir, pending, files, settings, root, cfg, force, engine_args or {}, shard_samples, log)
-    summary["run_id"] = outcome.log_to_run(target, cfg, pending, per_seed, settings, step, home, files,
-                                          tracking_uri, experiment, model_dir)
-    for t in pending:
-        done = outcome.marker(root, t, settings, files[t])
-        summary["tasks"][t] = {"status": "evaluated", "metrics": done["metrics"]}
+    # One evaluation of this checkpoint at a time; what is done is read once the lock is held, so an evaluation
+    # that waited finds what the other finished and logs nothing twice.
+    with shards.exclusive(root, log):
+        marks = {t: outcome.marker(root, t, settings, files[t]) for t in tasks}
+        pending = [t for t in tasks if force or marks[t] is None]
+        summary = {"target": str(target.path), "run_key": target.run_key, "step": step,
+                   "settings": settings.record(),
+                   "tasks": {t: {"status": "skipped", "metrics": marks[t]["metrics"]} for t in tasks
+                             if t not in pending}}
+        for t in summary["tasks"]:
+            log(f"[eval] {t}: already evaluated at step {step} with these settings ({root / (t + '.done.json')}); "
+                f"skipped (--force re-runs it)")
+        if not pending:
+            return _kept(home, summary, target.has_run_dir)
+        model_dir = _model_dir(target, cfg, step, log)
+        per_seed = _generate(model_dir, pending, files, settings, root, cfg, force, engine_args or {},
+                             shard_samples, log)
+        summary["run_id"] = outcome.log_to_run(target, cfg, pending, per_seed, settings, step, home, files,
+                                              tracking_uri, experiment, model_dir)
+        for t in pending:
+            done = outcome.marker(root, t, settings, files[t])
+            summary["tasks"][t] = {"status": "evaluated", "metrics": done["metrics"]}
     return _kept(home, summary, target.has_run_dir)
 
 

@@ -17,8 +17,13 @@ problem per shard with its repeats split. None: one shard, the whole task.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import socket
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,6 +93,30 @@ def save(root: Path, task: str, seed: int, shard: Shard, rows: list[dict], prove
     atomic_write(where / f"{shard.name}.json", json.dumps({"shard": shard.record(), "provenance": provenance,
                                                           "seconds": round(seconds, 2), "job": slurm_job()},
                                                          indent=1, sort_keys=True))
+
+
+@contextmanager
+def exclusive(root: Path, log: Callable[[str], None]) -> Iterator[None]:
+    """One evaluation of a checkpoint at a time (a relaunch's beside a requeued one's): an flock on
+    `<root>/eval.lock`, which the kernel releases when its holder dies however it dies, so a killed evaluation never
+    blocks the next. The second waits, then finds the first's shards finished: no shard is computed twice."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / "eval.lock", "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            log(f"[eval] another evaluation of this checkpoint holds {root / 'eval.lock'} ({f.read().strip() or '?'});"
+                f" waiting for it to end")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}, job {slurm_job() or '-'}, since {time.ctime()}\n")
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def slurm_job() -> str | None:

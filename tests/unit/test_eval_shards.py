@@ -59,3 +59,42 @@ def test_a_shard_whose_rows_do_not_match_its_range_is_refused(tmp_path):
     shard = shards.Shard(0, 2, 0, 2)
     with pytest.raises(RuntimeError, match="expected problems 0..1 with 2 samples each"):
         shards.save(tmp_path, "tiny", 0, shard, rows(shards.Shard(0, 2, 0, 1), {0: [1.0], 1: [0.0]}), {}, 0.1)
+
+
+def test_one_evaluation_of_a_checkpoint_at_a_time_and_a_dead_holder_blocks_nothing(tmp_path):
+    """Two evaluations of one checkpoint (a relaunch beside a requeue): the second waits for the first and says
+    who holds the lock; a holder killed with SIGKILL releases it (the kernel drops an flock with its process)."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    said, order = [], []
+    first_in = threading.Event()
+
+    def first():
+        with shards.exclusive(tmp_path, said.append):
+            first_in.set()
+            time.sleep(0.5)
+            order.append("first done")
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    first_in.wait(5)
+    with shards.exclusive(tmp_path, said.append):
+        order.append("second in")
+    thread.join()
+    assert order == ["first done", "second in"]
+    assert len(said) == 1 and "another evaluation of this checkpoint holds" in said[0] and "pid" in said[0]
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                               "from eval.shards import exclusive\n"
+                               "with exclusive(Path(sys.argv[1]), print):\n    print('in', flush=True); "
+                               "time.sleep(60)", str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "in"
+    holder.kill()
+    holder.wait()
+    started = time.monotonic()
+    with shards.exclusive(tmp_path, said.append):
+        pass
+    assert time.monotonic() - started < 5 and len(said) == 1  # taken at once: nobody holds it
