@@ -9,6 +9,7 @@ other, equally valid, samples; the statistics are computed from whatever samples
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from lm_eval.tasks import TaskManager
 
 from eval import backends, outcome, shards, taskfiles
 from eval.outcome import Settings
-from record.rundir import sha256_file
+from record.rundir import RunDir, atomic_write, sha256_file
 from trainer.tasks.common import read_jsonl, write_jsonl
 
 
@@ -34,17 +35,33 @@ def evaluate(model, task: str, seed: int, data_file: Path, settings: Settings, r
         log(f"[eval] {task} seed {seed}: {len(planned) - len(todo)} of {len(planned)} shards finished, "
             f"{sum(s.samples for s in todo):,} samples to go ({samples_per_shard} a shard at most)")
     start = time.monotonic()
+    _progress(root, task, seed, len(planned) - len(todo), len(planned))
     for i, shard in enumerate(todo):
         began = time.monotonic()
         out = _one_call(model, task, seed, rows, shard, root, generation, settings)
         shards.save(root, task, seed, shard, outcome.sample_rows(task, out, shard.lo), provenance,
                     time.monotonic() - began)
+        _progress(root, task, seed, len(planned) - len(todo) + i + 1, len(planned))
         if len(planned) > 1:
             log(f"[eval] {task} seed {seed}: shard {shard.name} done ({len(planned) - len(todo) + i + 1} of "
                 f"{len(planned)}, {time.monotonic() - began:.1f} s)")
     merged, metrics = shards.merge(root, task, seed, planned)
     return outcome.save_seed(root, task, seed, merged, metrics, settings, data_file, time.monotonic() - start,
                              {"shards": [s.record() for s in planned]})
+
+
+def _progress(root: Path, task: str, seed: int, done: int, total: int) -> None:
+    """`<run_dir>/eval_progress.json`: shards done of total per task and seed of the evaluation running now (the
+    run directory is two levels above `root`, eval/step_N)."""
+    path = RunDir(root.parent.parent).eval_progress
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        known = {}
+    if known.get("step_dir") != root.name:
+        known = {"step_dir": root.name, "shards": {}}
+    known["shards"][f"{task}/seed_{seed}"] = [done, total]
+    atomic_write(path, json.dumps({**known, "at": time.time()}, sort_keys=True))
 
 
 def _one_call(model, task, seed, rows, shard, root, generation, settings) -> dict:

@@ -282,6 +282,11 @@ class RunDir:
     def eval_result(self) -> Path:
         return self.path / "eval_result.json"
 
+    @property
+    def eval_progress(self) -> Path:
+        """The running evaluation's shards done of total (eval/sharded.py), what `orchestrate status` shows."""
+        return self.path / "eval_progress.json"
+
     def evaluation(self, evaluation_id: str) -> Path:
         """One evaluation's result (its tasks under its settings): another setting writes beside it."""
         return self.path / "evals" / f"{evaluation_id}.json"

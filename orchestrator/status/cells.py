@@ -78,6 +78,7 @@ def run_dir_facts(run_dir: Path, exists: bool | None = None) -> dict:
     kept = [read_json(path) for path in run.evaluations()]
     facts["evals"] = outcomes.evaluations([k for k in kept if k], (read_json(run.eval_result) or {}).get("result"))
     facts["eval"] = outcomes.merged_eval(facts["evals"])
+    facts["eval_shards"] = outcomes.shards_done((read_json(run.eval_progress) or {}).get("shards"))
     facts["undelivered"] = undelivered(run_dir)
     return facts
 

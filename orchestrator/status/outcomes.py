@@ -159,6 +159,14 @@ def pending_reason(reason: str) -> str:
     return f"waiting (Slurm: {reason})" + (f": {PENDING[key]}" if key in PENDING else "")
 
 
+def shards_done(shards) -> tuple[int, int] | None:
+    """(done, total) over the running evaluation's tasks and seeds (`eval_progress.json`, eval/sharded.py)."""
+    if not isinstance(shards, dict) or not shards:
+        return None
+    pairs = [v for v in shards.values() if isinstance(v, list) and len(v) == 2 and all(_number(x) for x in v)]
+    return (int(sum(p[0] for p in pairs)), int(sum(p[1] for p in pairs))) if pairs else None
+
+
 def cell_row(record: dict, facts: dict) -> dict:
     """One cell's status row: the ledger's view (state, attempts, latest job, give-up reason) and the run
     directory's (`facts`: step, metrics, eval, verdict fields). `reason` says why the cell is not a plain
@@ -174,11 +182,15 @@ def cell_row(record: dict, facts: dict) -> dict:
         reasons.append(facts.get("verdict_reason"))
     if job and job["state"] == "PENDING" and job.get("reason") not in (None, "", "None"):
         reasons.append(pending_reason(job["reason"]))
+    state = cell_status(record)
+    if state == "evaluating" and facts.get("eval_shards"):
+        done, total = facts["eval_shards"]
+        reasons.append(f"evaluation: {done} of {total} shards done")
     if facts.get("undelivered"):
         reasons.append(f"{facts['undelivered']} tracking event(s) not delivered to the store yet "
                        f"(orchestrate tracking flush)")
     return {"run_key": record["run_key"], "name": record["name"], "axes": record["axes"],
-            "config": config_label(record["axes"]), "state": cell_status(record),
+            "config": config_label(record["axes"]), "state": state,
             "train_attempts": len(attempts(record, "train")), "eval_attempts": len(attempts(record, "eval")),
             "job_id": job["job_id"] if job else None, "job_state": job["state"] if job else None, **facts,
             "reason": "; ".join(r for r in reasons if r) or None,

@@ -252,6 +252,9 @@ def test_shards_give_the_whole_tasks_samples_and_a_cut_evaluation_resumes_at_its
         evaluate(run_dir, **options)
     where = shards.shard_dir(run_dir / "eval" / "step_000003", "tiny", 0)
     assert sorted(p.name.removesuffix(".json") for p in where.glob("*.json")) == sorted(calls)
+    from orchestrator.status.cells import run_dir_facts  # what `orchestrate status` reads of the running evaluation
+
+    assert run_dir_facts(run_dir)["eval_shards"] == (5, 2 * LIMIT)
     monkeypatch.setattr(shards, "save", saved)
     one_call, ran = sharded._one_call, []
     monkeypatch.setattr(sharded, "_one_call", lambda *a: ran.append(a[4].name) or one_call(*a))

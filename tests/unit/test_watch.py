@@ -336,3 +336,14 @@ def test_the_jobs_that_finished_shards_are_read_from_the_shard_markers(tmp_path,
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
     shards.save(root, "tiny", 1, shard, [row], {}, 0.1)
     assert shards.jobs_with_shards(tmp_path) == {"77", "80_3"}
+
+
+def test_status_says_how_many_shards_a_running_evaluation_has_done():
+    from orchestrator.status.outcomes import cell_row, shards_done
+
+    assert shards_done({"tiny/seed_0": [3, 10], "tiny_ood/seed_0": [10, 10]}) == (13, 20)
+    assert shards_done(None) is None and shards_done({"x": "bad"}) is None
+    record = cell(train("COMPLETED"), evaluation("RUNNING"))
+    row = cell_row(record, {"eval_shards": (13, 20)})
+    assert row["state"] == "evaluating" and row["reason"] == "evaluation: 13 of 20 shards done"
+    assert cell_row(cell(train("RUNNING")), {"eval_shards": (13, 20)})["reason"] is None
