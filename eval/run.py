@@ -29,7 +29,7 @@ import lm_eval.evaluator
 import torch
 from transformers import AutoTokenizer
 
-from eval import backends, local_data, outcome, sharded, shards, taskfiles
+from eval import backends, local_data, outcome, sharded, shards, taskfiles, workers
 from eval.outcome import Settings
 from eval.target import EvalError, Target, resolve
 from record.identity.run_key import canonical_json
@@ -46,7 +46,8 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
              backend: str | None = None, max_tokens: int | None = None, chat_template: bool | None = None,
              data_dir: Path | None = None, tracking_uri: str | None = None, experiment: str | None = None,
              out_dir: Path | None = None, runs_root: Path = Path("runs"), engine_args: dict | None = None,
-             shard_samples: int | None = None, log: Callable[[str], None] = print) -> dict:
+             shard_samples: int | None = None, n_workers: int | None = None,
+             log: Callable[[str], None] = print) -> dict:
     """Evaluate a run's checkpoint (default: its latest) or a plain model; see the module docstring."""
     target = resolve(run_dir, runs_root)
     cfg = _run_config(target)
@@ -62,6 +63,8 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
     if shard_samples is not None and (isinstance(shard_samples, bool) or not isinstance(shard_samples, int)
                                       or shard_samples < 1):
         raise EvalError(f"shard_samples={shard_samples!r}: give an integer >= 1 (samples a shard), or none")
+    if n_workers is not None and (isinstance(n_workers, bool) or not isinstance(n_workers, int) or n_workers < 1):
+        raise EvalError(f"workers={n_workers!r}: give an integer >= 1 (engines side by side), or none")
     # One evaluation of this checkpoint at a time; what is done is read once the lock is held, so an evaluation
     # that waited finds what the other finished and logs nothing twice.
     with shards.exclusive(root, log):
@@ -78,7 +81,7 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
             return _kept(home, summary, target.has_run_dir)
         model_dir = _model_dir(target, cfg, step, log)
         per_seed = _generate(model_dir, pending, files, settings, root, cfg, force, engine_args or {},
-                             shard_samples, log)
+                             shard_samples, workers.count(n_workers), log)
         summary["run_id"] = outcome.log_to_run(target, cfg, pending, per_seed, settings, step, home, files,
                                               tracking_uri, experiment, model_dir)
         for t in pending:
@@ -186,10 +189,11 @@ def _generation_kwargs(model_dir: Path, settings: Settings, tokenizer) -> dict:
                                       until)
 
 
-def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, samples_per_shard,
+def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, samples_per_shard, n_workers,
               log) -> dict[str, dict[int, dict]]:
     """task -> seed -> metrics. One engine per seed, and in it each task shard by shard (eval/sharded.py), each
-    shard saved as it ends: a time limit loses at most the shard in progress, and the requeued job resumes at it."""
+    shard saved as it ends: a time limit loses at most the shard in progress, and the requeued job resumes at it.
+    With several workers (the job's GPUs), a seed's shards run side by side, one engine each (eval/workers.py)."""
     # lm-eval records `git describe` of the working directory and lets git print "fatal: not a git repository"
     # when that is not a checkout (a model evaluated from anywhere); ours asks quietly and records "unknown".
     lm_eval.evaluator.get_git_commit_hash = quiet_git_hash
@@ -212,6 +216,13 @@ def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, 
         if not todo:
             continue
         log(f"[eval] seed {seed}: {', '.join(todo)} with k={settings.k} on {settings.backend} ({model_dir})")
+        if n_workers > 1:
+            spec = {"backend": settings.backend, "model_dir": str(model_dir), "device": _device(),
+                    "vllm_args": vllm_args if settings.backend == "vllm" else {}}
+            for t, metrics in _side_by_side(spec, todo, seed, files, settings, root, gen, samples_per_shard,
+                                            force, n_workers, log).items():
+                results[t][seed] = metrics
+            continue
         if settings.backend == "hf":
             model = hf = hf or backends.hf_lm(model_dir, device=_device())
         else:  # the seed is an engine argument: one engine per seed
@@ -226,6 +237,21 @@ def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, 
             if settings.backend == "vllm":
                 backends.release_vllm(model)
     return results
+
+
+def _side_by_side(spec, tasks, seed, files, settings, root, gen, samples_per_shard, force, n_workers, log) -> dict:
+    """One seed's tasks with their shards spread over `n_workers` engines; task -> metrics."""
+    start = time.monotonic()
+    plans = [sharded.plan_task(t, seed, files[t], settings, root, samples_per_shard, force) for t in tasks]
+    for plan in plans:
+        sharded.announce(plan, samples_per_shard, log)
+    workers.run(n_workers, spec, plans, settings, gen, log)
+    out = {}
+    for plan in plans:
+        out[plan.task] = sharded.finish(plan, settings, time.monotonic() - start)
+        log(f"[eval] {plan.task} seed {seed}: mean@{settings.k} {out[plan.task]['acc']:.4f} over "
+            f"{out[plan.task]['docs']} problems")
+    return out
 
 
 def quiet_git_hash() -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import lm_eval
@@ -23,36 +24,80 @@ from record.rundir import RunDir, atomic_write, sha256_file
 from trainer.tasks.common import read_jsonl, write_jsonl
 
 
-def evaluate(model, task: str, seed: int, data_file: Path, settings: Settings, root: Path, generation: dict,
-             samples_per_shard: int | None, force: bool, log: Callable[[str], None]) -> dict:
-    """The task's metrics for `seed` (the mean over its problems), every shard run or found finished (`force`:
-    every shard run again)."""
+@dataclass(frozen=True)
+class TaskPlan:
+    """One task and seed's shards: the problems (the first `limit`), the plan, those still to run, and what each
+    shard's marker must record."""
+
+    task: str
+    seed: int
+    data_file: Path
+    root: Path  # <run_dir>/eval/step_N
+    rows: list
+    planned: list
+    todo: list
+    provenance: dict
+
+
+def plan_task(task: str, seed: int, data_file: Path, settings: Settings, root: Path, samples_per_shard: int | None,
+              force: bool) -> TaskPlan:
     rows = read_jsonl(data_file)[:settings.limit] if settings.limit else read_jsonl(data_file)
     planned = shards.plan(len(rows), settings.k, samples_per_shard)
     provenance = {"settings": settings.record(), "data_sha256": sha256_file(data_file), "seed": seed}
     todo = [s for s in planned if force or not shards.finished(root, task, seed, s, provenance)]
-    if len(planned) > 1:
-        log(f"[eval] {task} seed {seed}: {len(planned) - len(todo)} of {len(planned)} shards finished, "
-            f"{sum(s.samples for s in todo):,} samples to go ({samples_per_shard} a shard at most)")
+    return TaskPlan(task, seed, data_file, root, rows, planned, todo, provenance)
+
+
+def run_shard(model, plan: TaskPlan, shard: shards.Shard, generation: dict, settings: Settings) -> float:
+    """One shard: its lm-eval call, then its files; the seconds it took."""
+    began = time.monotonic()
+    out = _one_call(model, plan.task, plan.seed, plan.rows, shard, plan.root, generation, settings)
+    shards.save(plan.root, plan.task, plan.seed, shard, outcome.sample_rows(plan.task, out, shard.lo), plan.provenance,
+                time.monotonic() - began)
+    return time.monotonic() - began
+
+
+def evaluate(model, task: str, seed: int, data_file: Path, settings: Settings, root: Path, generation: dict,
+             samples_per_shard: int | None, force: bool, log: Callable[[str], None]) -> dict:
+    """The task's metrics for `seed` (the mean over its problems), every shard run or found finished (`force`:
+    every shard run again), one after another in this process."""
+    plan = plan_task(task, seed, data_file, settings, root, samples_per_shard, force)
+    announce(plan, samples_per_shard, log)
     start = time.monotonic()
-    _progress(root, task, seed, len(planned) - len(todo), len(planned))
-    for i, shard in enumerate(todo):
-        began = time.monotonic()
-        out = _one_call(model, task, seed, rows, shard, root, generation, settings)
-        shards.save(root, task, seed, shard, outcome.sample_rows(task, out, shard.lo), provenance,
-                    time.monotonic() - began)
-        _progress(root, task, seed, len(planned) - len(todo) + i + 1, len(planned))
-        if len(planned) > 1:
-            log(f"[eval] {task} seed {seed}: shard {shard.name} done ({len(planned) - len(todo) + i + 1} of "
-                f"{len(planned)}, {time.monotonic() - began:.1f} s)")
-    merged, metrics = shards.merge(root, task, seed, planned)
-    return outcome.save_seed(root, task, seed, merged, metrics, settings, data_file, time.monotonic() - start,
-                             {"shards": [s.record() for s in planned]})
+    for shard in plan.todo:
+        took = run_shard(model, plan, shard, generation, settings)
+        shard_done(plan, shard, took, log)
+    return finish(plan, settings, time.monotonic() - start)
 
 
-def _progress(root: Path, task: str, seed: int, done: int, total: int) -> None:
-    """`<run_dir>/eval_progress.json`: shards done of total per task and seed of the evaluation running now (the
-    run directory is two levels above `root`, eval/step_N)."""
+def announce(plan: TaskPlan, samples_per_shard: int | None, log: Callable[[str], None]) -> None:
+    done = len(plan.planned) - len(plan.todo)
+    if len(plan.planned) > 1:
+        log(f"[eval] {plan.task} seed {plan.seed}: {done} of {len(plan.planned)} shards finished, "
+            f"{sum(s.samples for s in plan.todo):,} samples to go ({samples_per_shard} a shard at most)")
+    _progress(plan, done)
+
+
+def shard_done(plan: TaskPlan, shard: shards.Shard, took: float, log: Callable[[str], None],
+               who: str = "") -> None:
+    """Progress after a shard (the progress file counts the markers: workers finish shards in any order)."""
+    done = sum(shards.finished(plan.root, plan.task, plan.seed, s, plan.provenance) for s in plan.planned)
+    _progress(plan, done)
+    if len(plan.planned) > 1:
+        log(f"[eval] {plan.task} seed {plan.seed}: shard {shard.name} done{who} ({done} of {len(plan.planned)}, "
+            f"{took:.1f} s)")
+
+
+def finish(plan: TaskPlan, settings: Settings, seconds: float) -> dict:
+    """The shards joined into the seed's files; its metrics."""
+    merged, metrics = shards.merge(plan.root, plan.task, plan.seed, plan.planned)
+    return outcome.save_seed(plan.root, plan.task, plan.seed, merged, metrics, settings, plan.data_file, seconds,
+                             {"shards": [s.record() for s in plan.planned]})
+
+
+def _progress(plan: TaskPlan, done: int) -> None:
+    """`<run_dir>/eval_progress.json`: shards done of total per task and seed of the evaluation running now."""
+    root = plan.root
     path = RunDir(root.parent.parent).eval_progress
     try:
         known = json.loads(path.read_text())
@@ -60,7 +105,7 @@ def _progress(root: Path, task: str, seed: int, done: int, total: int) -> None:
         known = {}
     if known.get("step_dir") != root.name:
         known = {"step_dir": root.name, "shards": {}}
-    known["shards"][f"{task}/seed_{seed}"] = [done, total]
+    known["shards"][f"{plan.task}/seed_{plan.seed}"] = [done, len(plan.planned)]
     atomic_write(path, json.dumps({**known, "at": time.time()}, sort_keys=True))
 
 

@@ -38,6 +38,9 @@ def register(sub) -> None:
     p.add_argument("--shard-samples", type=int, metavar="N",
                    help="at most N samples (problems x repeats) a shard: each saved as it ends, a rerun resumes at "
                         "the first unfinished one (default: eval.shard_samples; none: one lm-eval call a task)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="shards side by side on N engines, one per GPU (default: one per visible GPU; on CPU, "
+                        "N processes)")
     p.add_argument("--step", type=int, help="checkpoint step (default: the latest)")
     p.add_argument("--seeds", type=lambda s: [int(x) for x in _csv(s)], help="evaluation seeds, e.g. 0,1,2")
     p.add_argument("--backend", choices=("hf", "vllm"), help="default: vllm with a GPU, else hf (vllm runs on CPU too, "
@@ -56,7 +59,7 @@ def run(args) -> int:
 
     out = console()
     summary = evaluate(args.target, tasks=args.tasks, step=args.step, force=args.force, limit=args.limit, k=args.k,
-                       shard_samples=args.shard_samples,
+                       shard_samples=args.shard_samples, n_workers=args.workers,
                        seeds=args.seeds, backend=args.backend, max_tokens=args.max_tokens,
                        chat_template=args.chat_template, data_dir=args.data_dir, tracking_uri=args.tracking_uri,
                        runs_root=args.runs_root, log=out.print)

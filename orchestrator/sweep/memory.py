@@ -147,10 +147,12 @@ def eval_time_report(sweep) -> tuple[list[str], list[str]]:
         count = len(plan_shards(rows[task], c.eval.k, size))
         shard_h = min(size, samples) * c.eval.max_tokens / per_s / 3600 if size >= seqs else \
             c.eval.max_tokens * EVAL_DECODE_STEP_S / 3600
+        gpus = max(sweep.profile.eval.gpus_per_node, 1)  # one engine per GPU, shards side by side (eval/workers.py)
+        side = f" on {gpus} GPUs side by side: ~{hours / min(gpus, count):.1f} h" if gpus > 1 else ""
         lines.append(f"evaluation time {planned.model} (estimated, every sample at the cap): largest task {task}, "
-                     f"{samples:,} samples x {c.eval.max_tokens:,} tokens, ~{hours:.1f} h at ~{per_s:,.0f} tokens/s, "
-                     f"in {count:,} shard(s) of at most {size:,} samples (~{shard_h:.2f} h each; the eval job's limit "
-                     f"{limit_h:g} h); a job cut by its limit resumes at its first unfinished shard")
+                     f"{samples:,} samples x {c.eval.max_tokens:,} tokens, ~{hours:.1f} h at ~{per_s:,.0f} tokens/s "
+                     f"a GPU, in {count:,} shard(s) of at most {size:,} samples (~{shard_h:.2f} h each; the eval "
+                     f"job's limit {limit_h:g} h){side}; a job cut by its limit resumes at its first unfinished shard")
     return lines, problems
 
 

@@ -308,3 +308,30 @@ def test_the_warning_signal_ends_an_evaluation_between_nothing_and_its_next_run_
     assert {p.name for p in where.glob("*.json")} == {f"{s.name}.json" for s in planned}
     result = json.loads((run_dir / "eval_result.json").read_text())["result"]
     assert result["tasks"]["tiny"]["status"] == "evaluated"
+
+
+def test_two_workers_share_the_shards_each_once_and_give_the_whole_runs_samples(trained_run, tmp_path):
+    """Two CPU processes stand in for a job's two GPUs (eval/workers.py): both take shards, each shard is run once,
+    and the joined per-sample file is the single process's, byte for byte."""
+    import re
+    import shutil
+
+    copies = {}
+    for name in ("one", "two"):
+        copies[name] = tmp_path / name / trained_run["key"]
+        shutil.copytree(trained_run["dir"], copies[name],
+                        ignore=shutil.ignore_patterns("eval", "evals", "eval_result.json"))
+    options = dict(limit=LIMIT, data_dir=trained_run["data"], tracking_uri=f"sqlite:///{tmp_path / 'other.db'}",
+                   shard_samples=4)
+    evaluate(copies["one"], **options, log=lambda _: None)
+    said: list[str] = []
+    summary = evaluate(copies["two"], **options, n_workers=2, log=said.append)
+    done = [re.search(r"shard (\S+) done by worker (\d)", line) for line in said]
+    ran = [(m.group(1), m.group(2)) for m in done if m]
+    assert len(ran) == LIMIT and len({name for name, _ in ran}) == LIMIT, said  # 8 shards of one problem, once each
+    assert {w for _, w in ran} == {"0", "1"}, ran  # both workers took shards
+    path = Path("eval") / "step_000003" / "tiny" / "seed_0.samples.jsonl"
+    assert (copies["two"] / path).read_bytes() == (copies["one"] / path).read_bytes()
+    assert summary["tasks"]["tiny"]["status"] == "evaluated"
+    with pytest.raises(EvalError, match="workers=0"):
+        evaluate(copies["two"], **options, n_workers=0, force=True)

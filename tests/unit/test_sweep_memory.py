@@ -66,9 +66,14 @@ def test_the_evaluations_largest_task_is_timed_against_the_eval_jobs_limit():
     lines, problems = plan_report(load_sweep(REPO / "sweeps/onpolicy.yaml", []))
     timed = [line for line in lines if line.startswith("evaluation time")]
     assert len(timed) == 2 and all("largest task math500, 16,000 samples x 4,096 tokens" in t for t in timed), timed
-    assert "~3.2 h at ~5,633 tokens/s, in 3 shard(s) of at most 6,591 samples (~1.33 h each; the eval job's " \
-        "limit 4 h)" in timed[0]  # Qwen2.5-7B
-    assert "~7.6 h at ~2,400 tokens/s, in 6 shard(s) of at most 2,808 samples" in timed[1]  # Llama: longer than a job
+    assert "~3.2 h at ~5,633 tokens/s a GPU, in 3 shard(s) of at most 6,591 samples (~1.33 h each; the eval job's " \
+        "limit 4 h);" in timed[0]  # Qwen2.5-7B
+    assert "~7.6 h at ~2,400 tokens/s a GPU, in 6 shard(s) of at most 2,808 samples" in timed[1]  # longer than a job
+    node = [line for line in plan_report(load_sweep(REPO / "sweeps/onpolicy.yaml", [
+        "sweep.slurm.overrides.eval.gpus_per_node=4", "sweep.slurm.overrides.eval.tasks_per_node=1"]))[0]
+        if line.startswith("evaluation time")]
+    assert "in 6 shard(s) of at most 2,808 samples (~1.33 h each; the eval job's limit 4 h) on 4 GPUs side by " \
+        "side: ~1.9 h;" in node[1]  # the whole node: Llama's MATH500 in one job
     assert not [line for line in lines if line.startswith("warning:")] and problems == []
 
 
