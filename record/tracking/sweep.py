@@ -21,11 +21,8 @@ def close_sweep_parent(run_dirs: Iterable[Path], status: str, tags: Mapping[str,
     opened its run. Returns what was done, for the person watching; an unreachable store is reported, not
     raised: the parent is a summary, and the next `orchestrate watch` of the settled sweep tries again."""
     check_close_status(status)
-    for run_dir in run_dirs:
-        info = read_run_file(Path(run_dir))
-        if info.get("parent_run_id"):
-            break
-    else:
+    info = _parent_of(run_dirs)
+    if info is None:
         return "no cell has opened an MLflow run under a sweep parent; nothing to close"
     check_keys(tags or {}, "tag")
     points = metric_points(metrics or {}, 0)
@@ -42,6 +39,15 @@ def close_sweep_parent(run_dirs: Iterable[Path], status: str, tags: Mapping[str,
             raise
         return f"MLflow store unreachable ({exc}); the sweep's parent run keeps its status"
     return f"MLflow: sweep parent run {info['parent_run_id']} marked {status}"
+
+
+def _parent_of(run_dirs: Iterable[Path]) -> dict | None:
+    """The first cell's mlflow_run.json that names the sweep's parent run (its tracking_uri and parent_run_id)."""
+    for run_dir in run_dirs:
+        info = read_run_file(Path(run_dir))
+        if info.get("parent_run_id"):
+            return info
+    return None
 
 
 def metric_histories(tracking_uri: str, run_ids: Mapping[str, str],
@@ -84,11 +90,8 @@ def log_report_to_parent(run_dirs: Iterable[Path], files: Iterable[Path], artifa
     """`orchestrate report`'s files as artifacts of the sweep's parent run (under `artifact_path`) and `tags` on it,
     so the MLflow UI a researcher browses shows the report beside the runs. The parent is found as for
     close_sweep_parent; an unreachable store is reported, not raised (the report on disk stands)."""
-    for run_dir in run_dirs:
-        info = read_run_file(Path(run_dir))
-        if info.get("parent_run_id"):
-            break
-    else:
+    info = _parent_of(run_dirs)
+    if info is None:
         return "MLflow: no cell has opened a run under a sweep parent; the report is not logged there"
     check_keys(tags or {}, "tag")
     from mlflow import MlflowClient  # noqa: PLC0415 (mlflow: only when a report is logged)

@@ -220,21 +220,27 @@ def test_the_cli_evaluates_a_checkpoint_directory_then_skips_it(trained_run, cap
     assert "│ tiny │ skipped │" in second and "--force re-runs it" in second
 
 
+def unevaluated_copies(trained_run, tmp_path: Path, *names: str) -> dict[str, Path]:
+    """Copies of the trained run directory without its evaluations, one per name."""
+    import shutil
+
+    copies = {}
+    for name in names:
+        copies[name] = tmp_path / name / trained_run["key"]
+        shutil.copytree(trained_run["dir"], copies[name],
+                        ignore=shutil.ignore_patterns("eval", "evals", "eval_result.json"))
+    return copies
+
+
 def test_shards_give_the_whole_tasks_samples_and_a_cut_evaluation_resumes_at_its_first_unfinished_shard(
         trained_run, tmp_path, monkeypatch):
     """The same run evaluated whole, and in shards of 3 samples (one problem's repeats split 3 + 1), cut by a
     stand-in for the time limit after 5 shards, then run again: the second run computes only the shards the first
     did not finish, and the joined per-sample file is byte for byte the whole task's (each HF sample seeded on its
     own)."""
-    import shutil
-
     from eval import sharded, shards
 
-    copies = {}
-    for name in ("whole", "sharded"):
-        copies[name] = tmp_path / name / trained_run["key"]
-        shutil.copytree(trained_run["dir"], copies[name],
-                        ignore=shutil.ignore_patterns("eval", "evals", "eval_result.json"))
+    copies = unevaluated_copies(trained_run, tmp_path, "whole", "sharded")
     options = dict(limit=LIMIT, data_dir=trained_run["data"], tracking_uri=f"sqlite:///{tmp_path / 'other.db'}",
                    log=lambda _: None)
     whole = evaluate(copies["whole"], **options)
@@ -314,13 +320,8 @@ def test_two_workers_share_the_shards_each_once_and_give_the_whole_runs_samples(
     """Two CPU processes stand in for a job's two GPUs (eval/workers.py): both take shards, each shard is run once,
     and the joined per-sample file is the single process's, byte for byte."""
     import re
-    import shutil
 
-    copies = {}
-    for name in ("one", "two"):
-        copies[name] = tmp_path / name / trained_run["key"]
-        shutil.copytree(trained_run["dir"], copies[name],
-                        ignore=shutil.ignore_patterns("eval", "evals", "eval_result.json"))
+    copies = unevaluated_copies(trained_run, tmp_path, "one", "two")
     options = dict(limit=LIMIT, data_dir=trained_run["data"], tracking_uri=f"sqlite:///{tmp_path / 'other.db'}",
                    shard_samples=4)
     evaluate(copies["one"], **options, log=lambda _: None)

