@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from eval.outcome import Settings
-from eval.sharded import TaskPlan
+from eval.sharded import TaskPlan, run_shard, shard_done
 
 
 def count(requested: int | None) -> int:
@@ -68,8 +68,6 @@ def run(workers: int, model: dict, plans: Sequence[TaskPlan], settings: Settings
         finished += 1
         plan = plans[i]
         shard = next(s for s in plan.todo if s.name == name)
-        from eval.sharded import shard_done  # noqa: PLC0415
-
         shard_done(plan, shard, took, log, who=f" by worker {w}")
     for p in procs:
         p.join(timeout=60)
@@ -82,8 +80,7 @@ def _work(w: int, gpu: int | None, threads: int, model: dict, plans: list[TaskPl
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
     import torch  # noqa: PLC0415 (after CUDA_VISIBLE_DEVICES)
 
-    from eval import backends  # noqa: PLC0415
-    from eval.sharded import run_shard  # noqa: PLC0415
+    from eval import backends  # noqa: PLC0415 (torch first, after CUDA_VISIBLE_DEVICES)
 
     torch.set_num_threads(threads)
     if model["backend"] == "hf":
