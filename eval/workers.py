@@ -76,11 +76,11 @@ def run(workers: int, model: dict, plans: Sequence[TaskPlan], settings: Settings
 def _work(w: int, gpu: int | None, threads: int, model: dict, plans: list[TaskPlan], settings: Settings,
           generation: dict, todo, done) -> None:
     """One worker: its engine, then shards until the queue says stop."""
-    if gpu is not None:
+    if gpu is not None:  # read when CUDA initialises (the engine's first use), not when torch is imported
         os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
-    import torch  # noqa: PLC0415 (after CUDA_VISIBLE_DEVICES)
+    import torch  # noqa: PLC0415
 
-    from eval import backends  # noqa: PLC0415 (torch first, after CUDA_VISIBLE_DEVICES)
+    from eval import backends  # noqa: PLC0415
 
     torch.set_num_threads(threads)
     if model["backend"] == "hf":
