@@ -94,6 +94,11 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
         if isinstance(head, str):
             raise ConfigError([*problems, head], str(path))
         header = head.get("sweep")
+        own = raw.get("sweep") if isinstance(raw.get("sweep"), Mapping) else {}
+        if isinstance(header, Mapping) and "name" not in own:
+            # The name is this file's unless the file sets it: a file whose defaults pull in onpolicy.yaml would
+            # otherwise inherit `name: onpolicy` and write into that sweep's directory and ledger.
+            header = {**header, "name": path.stem}
         for o in (o for o in cli if o.key_or_group.startswith("sweep.")):  # e.g. sweep.seeds=range(0,3)
             value = o.input_line.split("=", 1)[1] if o.is_sweep_override() else None if o.is_delete() else o.value()
             header = edit(header if isinstance(header, Mapping) else {}, o.key_or_group.removeprefix("sweep."),

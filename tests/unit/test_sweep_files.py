@@ -95,3 +95,17 @@ def test_smoke_runs_the_tiny_model_on_the_local_cluster():
     assert {(c.config.model.name_or_path, c.config.rollout.engine, c.resources.gpus) for c in sweep.cells} == {
         ("tiny", "hf", 0)}
     assert all(c.config.optim.steps <= 10 for c in sweep.cells)
+
+
+def test_a_sweep_that_pulls_in_another_by_its_defaults_keeps_its_own_name(tmp_path):
+    """Issue 43, item 5: the name is the file's unless the file itself sets it. A file whose defaults pull in
+    onpolicy.yaml inherited `sweep.name: onpolicy` and would have written into that sweep's directory and ledger."""
+    import shutil
+
+    shutil.copy(SWEEPS / "onpolicy.yaml", tmp_path / "onpolicy.yaml")
+    (tmp_path / "mine.yaml").write_text("defaults:\n  - onpolicy\n  - _self_\n")
+    (tmp_path / "named.yaml").write_text("defaults:\n  - onpolicy\n  - _self_\nsweep:\n  name: chosen\n")
+    assert load_sweep(tmp_path / "mine.yaml").name == "mine"
+    assert load_sweep(tmp_path / "named.yaml").name == "chosen"
+    assert load_sweep(tmp_path / "onpolicy.yaml").name == "onpolicy"
+    assert load_sweep(tmp_path / "mine.yaml", ["sweep.name=other"]).name == "other"
