@@ -31,7 +31,7 @@ from orchestrator.launch.costs import costs, disk_problem, free_space
 from orchestrator.launch.costs import lines as cost_lines
 from orchestrator.launch.fingerprints import changed_cells, said
 from orchestrator.launch.ledger import Ledger
-from orchestrator.launch.materialise import materialise
+from orchestrator.launch.materialise import materialise, owner_problem
 from orchestrator.launch.plan import Plan, make_plan, summary_lines
 from orchestrator.launch.probed import PROBE_TAG, probe_trained
 from orchestrator.launch.submit import launch
@@ -124,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
         print_plan(out, sweep, plan, args.rows, str(resolver.data))
         for line in cost_lines(cost):
             out.print(line, soft_wrap=True)
-        for problem in [*resolver.problems, *plan_report(sweep)[1], *filter(None, [disk_problem(cost)])]:
+        for problem in [*resolver.problems, *plan_report(sweep)[1],
+                        *filter(None, [disk_problem(cost), owner_problem(sweep)])]:
             out.print(f"a submission would stop here: {problem}", soft_wrap=True)
         out.print("dry run: nothing written, nothing submitted")
         # A hint, not the table: the dry run shows what Slurm gets; validate shows what the cells compute (torch).
@@ -141,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     uris = [c.config.tracking.tracking_uri for c in sweep.cells]
     # Every missing path at once, before anything is written: the probes of the tests read none of them.
     real = args.train_entry == Options.train_entry  # the probes of the tests read and write none of it
-    raise_if([*(resolver.problems if real else ()), *plan_report(sweep)[1],
+    raise_if([*(resolver.problems if real else ()), *plan_report(sweep)[1], *filter(None, [owner_problem(sweep)]),
               *(filter(None, [disk_problem(cost)]) if real else ()),
               *(sqlite_written_by_jobs(uris) if executor == "slurm" and not sweep.profile.site.sqlite_jobs else ())],
              f"sweep {args.sweep}: nothing written, nothing submitted")

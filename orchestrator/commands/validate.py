@@ -9,6 +9,7 @@ from rich.table import Table
 
 from orchestrator.arguments import add_sweep_arguments
 from orchestrator.console import console
+from orchestrator.launch.materialise import owner_problem
 from orchestrator.launch.plan import make_plan, summary_lines
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.sweep.knobs import dead_knobs
@@ -50,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     for line in summary_lines(sweep, make_plan(sweep)):
         out.print(f"  {line}", soft_wrap=True)
     lines, problems = plan_report(sweep)
+    problems += [p for p in [owner_problem(sweep)] if p]
     for line in lines:
         out.print(f"  {line}", soft_wrap=True)
     if not args.no_bias:

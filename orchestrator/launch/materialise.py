@@ -11,6 +11,7 @@ which is safe on NFS for a single writer.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -50,11 +51,41 @@ def materialise(sweep: Sweep, plan: Plan, root: str | Path | None = None) -> Mat
     changed (never what it computes: that is another run_key, and never its tracking: a resumed run keeps logging
     where it started); a running job takes it at its next start."""
     sweep_dir = Path(root if root is not None else sweep.spec.output_root) / sweep.name
+    problem = owner_problem(sweep, sweep_dir)
+    if problem:
+        raise UserError(problem)
     try:
         return _materialise(sweep, plan, sweep_dir)
     except OSError as err:
         raise UserError(f"cannot write the run dirs under {sweep_dir}: {err}; set sweep.output_root to a "
                         f"writable directory (on a cluster: one every node can read)") from None
+
+
+def owner_problem(sweep: Sweep, sweep_dir: Path | None = None) -> str | None:
+    """Another sweep file's directory: its manifest names the file that made it, and a different file of the same
+    name would write into its ledger and run directories. The message, with the fix; None where the directory is
+    new or this file's."""
+    sweep_dir = sweep_dir if sweep_dir is not None else Path(sweep.spec.output_root) / sweep.name
+    try:
+        old = json.loads((sweep_dir / "manifest.json").read_text(encoding="utf-8"))
+        made_by, text = old.get("source_path"), old.get("source_sha256")
+    except (OSError, ValueError, AttributeError):
+        return None  # a manifest from before source_path: its `source` may be relative to another directory
+    here = Path(sweep.source).resolve()
+    if not made_by or Path(made_by) == here or text == _sha256_of(here):  # this file, or it moved unchanged
+        return None
+    return (f"{sweep_dir} is the directory of the sweep {made_by} (its manifest.json says so); {sweep.source} is "
+            f"named {sweep.name!r} too and would write into that sweep's ledger and run directories. Give it a name "
+            f"of its own (sweep: {{name: ...}} in the file, or sweep.name=... on the command line), or another "
+            f"sweep.output_root. If it is that sweep, moved and edited: launch it once as it was (a moved, unchanged "
+            f"file is recognised by its content), then with the edits")
+
+
+def _sha256_of(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _materialise(sweep: Sweep, plan: Plan, sweep_dir: Path) -> Materialised:
@@ -184,6 +215,10 @@ def manifest(sweep: Sweep, plan: Plan, git: dict, datas: list[dict] | None = Non
     return {
         "sweep": sweep.name,
         "source": sweep.source,
+        # Which file made this directory, resolved (`source` is as given, perhaps relative), and its text's hash (a
+        # moved file is still that sweep): `owner_problem`.
+        "source_path": str(Path(sweep.source).resolve()),
+        "source_sha256": _sha256_of(Path(sweep.source)),
         "overrides": list(sweep.overrides),
         "resolved_sweep": sweep.spec.to_dict(),
         "profile": sweep.profile.to_dict(),

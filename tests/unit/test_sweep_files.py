@@ -109,3 +109,36 @@ def test_a_sweep_that_pulls_in_another_by_its_defaults_keeps_its_own_name(tmp_pa
     assert load_sweep(tmp_path / "named.yaml").name == "chosen"
     assert load_sweep(tmp_path / "onpolicy.yaml").name == "onpolicy"
     assert load_sweep(tmp_path / "mine.yaml", ["sweep.name=other"]).name == "other"
+
+
+def test_another_sweep_file_of_the_same_name_is_refused_its_directory(tmp_path, monkeypatch):
+    """Issue 43, item 5: a sweep directory records the file that made it (manifest.json `source`); another file of
+    the same name is refused at validate, in the dry run and at submission, with the fix. The same file, given by
+    another path, is the same sweep."""
+    from orchestrator.cli import main
+    from orchestrator.launch.materialise import materialise
+    from orchestrator.launch.plan import make_plan
+    from record.errors import UserError
+
+    smoke = (SWEEPS / "smoke.yaml").read_text()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, second = tmp_path / "a" / "smoke.yaml", tmp_path / "b" / "smoke.yaml"
+    first.write_text(smoke)
+    second.write_text(smoke.replace("steps: 4", "steps: 5"))
+    root = [f"sweep.output_root={tmp_path / 'runs'}"]
+    sweep = load_sweep(first, root)
+    materialise(sweep, make_plan(sweep))
+    monkeypatch.chdir(tmp_path / "a")
+    materialise(load_sweep("smoke.yaml", root), make_plan(sweep))  # the same file by a relative path: its own
+    other = load_sweep(second, root)
+    with pytest.raises(UserError, match="is the directory of the sweep .*a/smoke.yaml .*Give it a name of its own"):
+        materialise(other, make_plan(other))
+    assert main(["validate", str(second), *root, "--no-bias"]) == 2
+    assert main(["sweep", str(second), *root, "--dry-run"]) == 0  # the dry run says what a submission would do
+    assert main(["sweep", str(second), *root, "--executor", "local"]) != 0
+    assert load_sweep(second, [*root, "sweep.name=mine"]).name == "mine"
+    moved = tmp_path / "c" / "smoke.yaml"  # the first file moved, unchanged: recognised by its content
+    moved.parent.mkdir()
+    moved.write_text(smoke)
+    materialise(load_sweep(moved, root), make_plan(sweep))
