@@ -134,7 +134,8 @@ def jobs_with_shards(run_dir: Path) -> set[str]:
             job = json.loads(marker.read_text()).get("job")
         except (OSError, json.JSONDecodeError):
             continue
-        jobs.add(job) if job else None
+        if job:
+            jobs.add(job)
     return jobs
 
 
