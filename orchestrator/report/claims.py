@@ -81,10 +81,14 @@ def evaluate(claims: Sequence[Claim], cells: Sequence[Cell], groups: Mapping[str
 def _row(claim, row, by_key, groups, scores_of, level, method) -> list[Result]:
     labels = dict(row.labels)
     score = claim.statistic in SCORE_STATISTICS
-    lacking = [by_key[k].name for k in row.keys() if not (by_key[k].evaluated if score else by_key[k].trained)]
-    if lacking:
-        return [Result(claim, row.label, labels, claim.statistic, "missing",
-                       note=f"not {'evaluated' if score else 'trained'} yet: {', '.join(sorted(lacking))}")]
+    lacking = [by_key[k] for k in row.keys() if not (by_key[k].evaluated if score else by_key[k].trained)]
+    if lacking:  # a collapsed run that was never evaluated will not be: say so rather than "yet"
+        waiting = sorted(c.name for c in lacking if c.verdict != "collapsed")
+        collapsed = sorted(c.name for c in lacking if c.verdict == "collapsed")
+        what = "evaluated" if score else "trained"
+        note = "; ".join(([f"not {what} yet: {', '.join(waiting)}"] if waiting else [])
+                         + ([f"collapsed, never {what}: {', '.join(collapsed)}"] if collapsed else []))
+        return [Result(claim, row.label, labels, claim.statistic, "missing", note=note)]
     if claim.statistic == "collapse_rate":
         return [_collapse_rate(claim, row, labels, by_key, level)]
     if claim.statistic == "instability":

@@ -188,6 +188,9 @@ def test_verdicts_missing_cells_one_seed_and_groups():
                                                                 "m-k3-loss-b0.3) / m-k3-loss-b0.3")
     unfinished = report_claims.evaluate([diff], cells_of(pairs, evaluated=lambda k: "k3" not in k), GROUPS, scores_of)
     assert [(r.verdict, r.note) for r in unfinished] == [("missing", "not evaluated yet: m-k3-loss-0.3-0")]
+    collapsed = cells_of(pairs, evaluated=lambda k: "k3" not in k, verdict=lambda k: "collapsed" if "k3" in k else None)
+    assert report_claims.evaluate([diff], collapsed, GROUPS, scores_of)[0].note == \
+        "collapsed, never evaluated: m-k3-loss-0.3-0"
 
 
 def test_a_slope_over_log_beta_and_its_sign():
