@@ -199,7 +199,8 @@ def summary_lines(sweep: Sweep, plan: Plan) -> list[str]:
         f"run dirs: {spec.output_root}/{spec.name}/<run_key>/ (config.yaml written by its job from "
         f"configs/<array>.json)",
     ] + ([claim_rows.summary_line(sweep.claims, [(c.run_key, dict(c.axes)) for c in sweep.cells], len(spec.seeds))]
-         if sweep.claims else [])
+         if sweep.claims else []) + [f"warning: {w}; the report will mark it not computed (the file as written fits "
+                                     f"it: the command line's overrides do not)" for w in sweep.claim_warnings]
 
 
 def _lookup(config: dict, dotted: str):

@@ -73,6 +73,7 @@ class Sweep:
     baselines: tuple[Baseline, ...] = ()  # base models evaluated once (orchestrator/sweep/baselines.py)
     claims: tuple[Claim, ...] = ()  # what the sweep is run to test (orchestrator/sweep/claims.py)
     claim_groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # the task groups the claims may name
+    claim_warnings: tuple[str, ...] = ()  # claims the grid as overridden on the command line does not fit
 
     @property
     def name(self) -> str:
@@ -115,25 +116,32 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
         if profile is not None and not problems:
             cells = with_shard_plan(cells, profile)  # eval.shard_samples from the eval job's time limit
         baselines = expand_baselines(spec.baselines, bases, problems)
-    # Against cells only when they expanded whole: rows over a broken grid would only repeat its problems.
-    claims, groups = check_claims(spec.claims, path.parent, cells if not problems else [], problems)
+    # Against cells only when they expanded whole: rows over a broken grid would only repeat its problems. A grid
+    # narrowed on the command line (onpolicy.yaml with model=...) may leave a named claim without its cells: a
+    # warning then (the report marks it not computed); the file as written must fit its own claims.
+    unfit: list[str] = []
+    narrowed = any(not o.startswith("sweep.") or o.split("=", 1)[0] in ("sweep.grid", "sweep.axes", "sweep.seeds")
+                   for o in overrides)
+    claims, groups = check_claims(spec.claims, path.parent, cells if not problems else [], problems,
+                                  unfit if narrowed else problems)
     if problems:
         raise ConfigError(problems, str(path))
     return Sweep(str(path), tuple(overrides), spec, profile, tuple(cells), duplicates, baselines, tuple(claims),
-                 tuple((g, tuple(ts)) for g, ts in groups.items()))
+                 tuple((g, tuple(ts)) for g, ts in groups.items()), tuple(unfit))
 
 
-def check_claims(entries, base_dir: Path, cells: Sequence[Cell], problems: list[str]):
+def check_claims(entries, base_dir: Path, cells: Sequence[Cell], problems: list[str], unfit: list[str]):
     """The sweep's claims, each checked against its cells: the axes and values it names, one configuration a side,
-    paired seeds, and the tasks the compared cells are evaluated on (orchestrator/sweep/claim_rows.py)."""
+    paired seeds, and the tasks the compared cells are evaluated on (orchestrator/sweep/claim_rows.py). A claim
+    that cannot be read goes to `problems`; one that does not fit the cells to `unfit`."""
     claims, groups = claims_spec.resolve(list(entries), base_dir, problems)
     if not cells:
         return claims, groups
     pairs = [(c.run_key, dict(c.axes)) for c in cells]
     tasks_of = {c.run_key: list(c.config.eval.tasks) for c in cells}
     for claim in claims:
-        for row in claim_rows.rows(claim, pairs, problems):
-            claim_rows.row_tasks(claim, row, tasks_of, groups, problems)
+        for row in claim_rows.rows(claim, pairs, unfit):
+            claim_rows.row_tasks(claim, row, tasks_of, groups, unfit)
     return claims, groups
 
 

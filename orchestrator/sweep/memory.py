@@ -20,6 +20,8 @@ from eval import local_data, taskfiles
 from eval.shards import plan as plan_shards
 from orchestrator.cluster.vllm_share import source
 from trainer.analysis.memory_plan import EvalPlan, MemoryPlan, eval_plan, plan
+from trainer.analysis.model_shapes import shape_of
+from trainer.config.run import TINY_MODEL
 
 EVAL_DECODE_STEP_S = 0.03  # one decode step of a full batch, 4-8B model, one A100: an estimate (the docstring)
 VLLM_MAX_SEQS = 256        # vLLM's default max_num_seqs
@@ -68,7 +70,36 @@ def plan_report(sweep) -> tuple[list[str], list[str]]:
         lines += planned.lines()
         problems += [planned.problem()] if planned.problem() else []
     time_lines, time_problems = eval_time_report(sweep)
-    return lines + time_lines, problems + time_problems
+    size_lines, size_problems = model_sizes(sweep)
+    return lines + time_lines + size_lines, problems + time_problems + size_problems
+
+
+SIZE_TOLERANCE = 0.15  # model.params_b against the config's count: rounding ("7B" for 7.6B) passes, another model not
+
+
+def model_sizes(sweep) -> tuple[list[str], list[str]]:
+    """Each distinct model's parameter count from its config (a local directory's config.json, or a shipped model's
+    published shape) against `model.params_b`, which picks the resources: a disagreement is a problem naming both
+    fixes; a model whose shape is unknown gets a line saying that its memory is not planned."""
+    lines, problems, seen = [], [], set()
+    for cell in sweep.cells:
+        model = cell.config.model
+        if (model.name_or_path, model.params_b) in seen:
+            continue
+        seen.add((model.name_or_path, model.params_b))
+        shape = shape_of(model.name_or_path)
+        if shape is None:
+            if model.params_b is not None and model.name_or_path != TINY_MODEL:  # built here: no plan needed
+                lines.append(f"model {model.name_or_path}: no known shape (not a shipped model, no config.json at "
+                             f"that path), so its memory is not planned; resources follow model.params_b="
+                             f"{model.params_b:g} as given")
+            continue
+        real = shape.params / 1e9
+        if model.params_b is not None and abs(model.params_b - real) > SIZE_TOLERANCE * real:
+            problems.append(f"model {model.name_or_path}: its config gives {real:.2f}B parameters, but model.params_b "
+                            f"is {model.params_b:g} (the config group's?), and resources, memory and disk are "
+                            f"planned from it: set model.params_b={real:.2f}, or pick the model's own group")
+    return lines, problems
 
 
 def share_lines(sweep) -> list[str]:

@@ -257,3 +257,15 @@ def test_a_launched_sweep_keeps_its_claims_in_the_manifest_and_the_report_reads_
     extra.write_text("claims:\n  - {id: more, statistic: collapse_rate, a: {kl.estimator: k1}}\n")
     more, _ = sweep_claims(str(sweep_dir), [], sweep_dir, [str(extra)])
     assert [c.id for c in more][-2:] == ["O1b-tiny", "more"]
+
+
+def test_a_grid_narrowed_on_the_command_line_warns_of_the_claims_it_no_longer_fits():
+    """onpolicy.yaml with model=... leaves O1b (Qwen2.5-7B only) without its cells: a warning in validate's summary,
+    not a refusal of the user's narrower run; the file as written must fit its claims (the first test)."""
+    from orchestrator.launch.plan import make_plan, summary_lines
+
+    sweep = load_sweep(REPO / "sweeps" / "onpolicy.yaml", ["model=qwen3-4b-instruct-2507"])
+    assert sweep.claim_warnings == ("claim O1b: a: model qwen2.5-7b is not in this sweep; model takes "
+                                    "qwen3-4b-instruct-2507",)
+    assert any(line.startswith("warning: claim O1b") for line in summary_lines(sweep, make_plan(sweep)))
+    assert load_sweep(REPO / "sweeps" / "onpolicy.yaml", ["sweep.output_root=/tmp/x"]).claim_warnings == ()

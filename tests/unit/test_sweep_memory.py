@@ -94,3 +94,29 @@ def test_a_sweep_whose_one_decode_batch_exceeds_a_third_of_the_eval_limit_is_ref
     _, problems = plan_report(sweep)
     assert problems and all(p.startswith("evaluation time: one decode batch of") for p in problems), problems
     assert "raise eval time_min in the Slurm profile or lower eval.max_tokens" in problems[0]
+
+
+def test_a_model_named_by_path_is_planned_at_its_real_size_or_refused(tmp_path):
+    """Issue 43, item 4: a local directory whose config.json says 8B under the 4B group (params_b 4) is one problem
+    naming both fixes; a model of unknown shape is said to be unplanned; the shipped sweeps agree with their
+    models."""
+    import json
+
+    from trainer.analysis.model_shapes import SHAPES
+
+    s = SHAPES["llama-3.1-8b-instruct"]
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": s.hidden, "intermediate_size": s.intermediate,
+        "num_hidden_layers": s.layers, "num_attention_heads": s.heads, "num_key_value_heads": s.kv_heads,
+        "vocab_size": s.vocab, "tie_word_embeddings": s.tied}))
+    _, problems = plan_report(load_sweep(REPO / "sweeps/async.yaml", [f"model.name_or_path={tmp_path}"]))
+    assert [p for p in problems if "its config gives" in p] == [
+        f"model {tmp_path}: its config gives 8.03B parameters, but model.params_b is 4 (the config group's?), and "
+        f"resources, memory and disk are planned from it: set model.params_b=8.03, or pick the model's own group"]
+    lines, _ = plan_report(load_sweep(REPO / "sweeps/onpolicy.yaml", ["model=qwen3-4b-instruct-2507",
+                                                                      "model.name_or_path=Qwen/Qwen3-8B"]))
+    assert any(line.startswith("model Qwen/Qwen3-8B: no known shape") for line in lines)
+    for name in ("onpolicy", "async", "offpolicy", "correct-gradients", "smoke", "smoke-real"):
+        lines, problems = plan_report(load_sweep(REPO / f"sweeps/{name}.yaml", []))
+        assert not [p for p in problems if "its config gives" in p], name
+        assert not [line for line in lines if "no known shape" in line], name
