@@ -62,8 +62,8 @@ FIELDS: dict[str, str] = {
     "eval.seeds": EVALUATES,
     "eval.backend": EVALUATES,
     "eval.limit": EVALUATES,  # the first N problems of each task (issue 23's smoke runs)
-    # How an evaluation is cut into lm-eval calls: on HF each sample is seeded on its own (the same samples whatever
-    # the shards); on vLLM other shards draw other, equally valid, samples of the same distribution.
+    # How an evaluation is cut into lm-eval calls: set, each HF sample is seeded on its own (the same samples whatever
+    # the shards); unset, or on vLLM, another cut draws other samples of the same distribution, equally valid.
     "eval.shard_samples": MACHINERY,
     "tracking.tracking_uri": MACHINERY,  # a resumed run keeps logging to the store it started in
     "tracking.experiment": MACHINERY,

@@ -234,16 +234,16 @@ def unevaluated_copies(trained_run, tmp_path: Path, *names: str) -> dict[str, Pa
 
 def test_shards_give_the_whole_tasks_samples_and_a_cut_evaluation_resumes_at_its_first_unfinished_shard(
         trained_run, tmp_path, monkeypatch):
-    """The same run evaluated whole, and in shards of 3 samples (one problem's repeats split 3 + 1), cut by a
-    stand-in for the time limit after 5 shards, then run again: the second run computes only the shards the first
-    did not finish, and the joined per-sample file is byte for byte the whole task's (each HF sample seeded on its
-    own)."""
+    """The same run evaluated whole (one shard, eval.shard_samples set), and in shards of 3 samples (one problem's
+    repeats split 3 + 1), cut by a stand-in for the time limit after 5 shards, then run again: the second run
+    computes only the shards the first did not finish, and the joined per-sample file is byte for byte the whole
+    task's (each HF sample seeded on its own)."""
     from eval import sharded, shards
 
     copies = unevaluated_copies(trained_run, tmp_path, "whole", "sharded")
     options = dict(limit=LIMIT, data_dir=trained_run["data"], tracking_uri=f"sqlite:///{tmp_path / 'other.db'}",
                    log=lambda _: None)
-    whole = evaluate(copies["whole"], **options)
+    whole = evaluate(copies["whole"], **options, shard_samples=LIMIT * K)  # one shard, each sample seeded alone
     run_dir, options = copies["sharded"], {**options, "shard_samples": 3}
     saved, calls = shards.save, []
 

@@ -89,7 +89,7 @@ def test_an_evaluation_cut_twice_resumes_at_its_first_unfinished_shard_and_match
     step = json.loads((fs.run_dir / "eval_result.json").read_text())["result"]["step"]
     whole = tmp_path / "whole" / fs.key
     shutil.copytree(fs.run_dir, whole, ignore=shutil.ignore_patterns("eval", "evals", "eval_result.json"))
-    evaluate(whole, tracking_uri=f"sqlite:///{tmp_path / 'whole.db'}", shard_samples=None, log=lambda _: None)
+    evaluate(whole, tracking_uri=f"sqlite:///{tmp_path / 'whole.db'}", shard_samples=200 * K, log=lambda _: None)
     name = f"step_{step:06d}"
     assert (fs.run_dir / "eval" / name / "tiny" / "seed_0.samples.jsonl").read_bytes() == \
         (whole / "eval" / name / "tiny" / "seed_0.samples.jsonl").read_bytes()
