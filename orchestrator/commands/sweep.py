@@ -23,17 +23,20 @@ from orchestrator.cluster.executor import (
     watcher_params,
 )
 from orchestrator.cluster.paths import Resolver
+from orchestrator.cluster.query import max_array_size
 from orchestrator.cluster.sbatch_values import LIMITS
 from orchestrator.console import console
 from orchestrator.launch.adopt import adopt, legacy_identities
+from orchestrator.launch.baseline_ledger import baseline_ledger
 from orchestrator.launch.baselines import wait_baselines
 from orchestrator.launch.costs import costs, disk_problem, free_space
 from orchestrator.launch.costs import lines as cost_lines
 from orchestrator.launch.fingerprints import changed_cells, said
 from orchestrator.launch.ledger import Ledger
 from orchestrator.launch.materialise import materialise, owner_problem
-from orchestrator.launch.plan import Plan, make_plan, summary_lines
+from orchestrator.launch.plan import Plan, Triage, decide, make_plan, relaunch_lines, summary_lines
 from orchestrator.launch.probed import PROBE_TAG, probe_trained
+from orchestrator.launch.reconcile import observe
 from orchestrator.launch.submit import launch
 from orchestrator.preflight.run import preflight
 from orchestrator.preflight.table import print_rows
@@ -108,21 +111,28 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--signal-delay {args.signal_delay}: give seconds in [{low}, {high}] ({why}); the jobs get "
                         f"the warning signal that many seconds before their time limit")
     sweep = load_sweep(args.sweep, args.overrides)
-    # The ledger as it stands (read again under the lock to submit): what earlier launches trained and how.
-    ledger = Ledger(Path(sweep.spec.output_root) / sweep.name)
+    # The ledgers as they stand (read again under the lock to submit): what earlier launches trained and how.
+    sweep_dir = Path(sweep.spec.output_root) / sweep.name
+    ledger = Ledger(sweep_dir)
     before = ledger.records() if ledger.exists() else {}
     adopted = legacy_identities(before)
     sweep = adopt(sweep, adopted)
-    plan = make_plan(sweep)
     out = console()
     changed = changed_cells(sweep, before)
     sweep, resolver = resolve_paths(sweep)
     for line in said(changed, args.rerun_changed):
         out.print(line, soft_wrap=True, style="bold red" if changed and not args.rerun_changed else None)
+    # cells a probe entry "completed" train for real: their records and fake checkpoints are no real training
+    probed = probe_trained(before, args.train_entry)
+    rerun = (*(changed if args.rerun_changed else ()), *probed)
+    executor, note = choose_executor(args.executor)
+    # What a launch would submit, decided as the launch decides it (orchestrator/launch/plan.py `decide`), on the
+    # ledgers brought up to date with Slurm in memory only.
+    todo, plan = relaunch(sweep, sweep_dir, before, executor, args.retry_failed, {c.run_key for c in rerun})
     cost = costs(sweep, plan, args.max_retries, free_space(Path(sweep.spec.output_root)))
     if args.dry_run:
         print_plan(out, sweep, plan, args.rows, str(resolver.data))
-        for line in cost_lines(cost):
+        for line in [*relaunch_lines(todo, len(before)), *cost_lines(cost)]:
             out.print(line, soft_wrap=True)
         for problem in [*resolver.problems, *plan_report(sweep)[1],
                         *filter(None, [disk_problem(cost), owner_problem(sweep)])]:
@@ -138,7 +148,6 @@ def run(args: argparse.Namespace) -> int:
         print_rows(out, sweep.name, found)
         if not all(r.ok for r in found):
             return 1
-    executor, note = choose_executor(args.executor)
     uris = [c.config.tracking.tracking_uri for c in sweep.cells]
     # Every missing path at once, before anything is written: the probes of the tests read none of them.
     real = args.train_entry == Options.train_entry  # the probes of the tests read and write none of it
@@ -148,8 +157,8 @@ def run(args: argparse.Namespace) -> int:
              f"sweep {args.sweep}: nothing written, nothing submitted")
     check_stores(uris)
     sweep = carry_data(sweep, resolver)
-    done = materialise(sweep, plan)
-    for line in [*summary_lines(sweep, plan), *cost_lines(cost)]:
+    done = materialise(sweep, make_plan(sweep))  # every cell's config, by the grid's arrays
+    for line in [*summary_lines(sweep, plan), *relaunch_lines(todo, len(before)), *cost_lines(cost)]:
         out.print(line, soft_wrap=True)
     out.print(f"wrote {done.written} run dir(s) ({done.unchanged} unchanged, {done.kept} kept as they were"
               + (f", {done.updated} with new evaluation or machinery settings (a running job takes them at its next "
@@ -171,13 +180,15 @@ def run(args: argparse.Namespace) -> int:
     starter = None if args.no_watcher else Starter(
         sweep_dir, watcher_params(sweep.profile), args.max_retries, args.poll or DEFAULT_POLL_S,
         sweep.profile.watcher.time_min)
-    # cells a probe entry "completed" train for real: their records and fake checkpoints are no real training
-    probed = probe_trained(before, args.train_entry)
     if probed:
         out.print(f"{len(probed)} cell(s) finished by a probe entry train again from step 0 (outputs moved to "
                   f"superseded/{PROBE_TAG}/)", soft_wrap=True)
     report = launch(sweep, sweep_dir, backend, options, retry_failed=args.retry_failed, watcher=starter,
-                    adopted=adopted, rerun=(*(changed if args.rerun_changed else ()), *probed), known=before)
+                    adopted=adopted, rerun=rerun, known=before)
+    if report.plan is not None and _arrays(report.plan) != _arrays(plan):  # a job changed state in between
+        out.print(f"the plan changed while waiting for the sweep's lock (a job's state moved): submitted "
+                  f"{len(report.todo.train)} training(s), {len(report.todo.eval)} evaluation(s) alone and "
+                  f"{report.baselines} baseline(s) instead", soft_wrap=True)
     kept = ", ".join(f"{n} {why}" for why, n in sorted(report.kept.items())) or "none"
     if report.resolved:
         out.print(f"settled {report.resolved} submission(s) an interrupted orchestrator had left, by job name")
@@ -204,6 +215,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         out.print(f"follow it: orchestrate status {sweep_dir}")
     return 1 if starter is not None and starter.failed else 0
+
+
+def relaunch(sweep: Sweep, sweep_dir: Path, records: dict, executor: str, retry_failed: bool,
+             rerun: set[str]) -> tuple[Triage, Plan]:
+    """What `launch` would submit now: its `decide` on the two ledgers, with Slurm's states and any interrupted
+    orchestrator's intents applied in memory (one sacct; nothing written). A sweep never launched needs no query."""
+    baselines = baseline_ledger(sweep_dir).records()
+    limit = 10**9
+    if records or baselines:
+        try:
+            backend = make_backend(sweep_dir, Options(executor=executor))
+        except UserError:  # --executor slurm where no Slurm answers: the submission itself stops on this
+            return decide(sweep, records, baselines, max_array_size(), retry_failed, rerun)
+        observe(backend, [(Ledger(sweep_dir), records), (baseline_ledger(sweep_dir), baselines)], write=False)
+        limit = backend.array_limit()
+    elif executor == "slurm":
+        limit = max_array_size()
+    return decide(sweep, records, baselines, limit, retry_failed, rerun)
+
+
+def _arrays(plan: Plan) -> list[tuple[str, tuple[str, ...]]]:
+    return [(g.kind, g.run_keys) for g in plan.groups]
 
 
 def resolve_paths(sweep: Sweep) -> tuple[Sweep, Resolver]:
@@ -262,7 +295,10 @@ def ensure_models(sweep: Sweep, out: Console) -> None:
 
 def print_plan(console: Console, sweep: Sweep, plan: Plan, rows: int, data_dir: str | None = None) -> None:
     keys = sweep.spec.axis_keys()
-    group_of = {i: g.name for g in plan.train for i in g.cells}
+    group_of: dict[int, str] = {}  # a cell's training array, or its evaluation's when it is evaluated alone
+    for g in plan.groups:
+        for i in g.cells:
+            group_of.setdefault(i, g.name)
     cells = Table(title=f"sweep {sweep.name}: {len(sweep.cells)} cells ({sweep.source})")
     for column in ("#", "name", *keys, "seed", "run_key", "array"):
         cells.add_column(column, no_wrap=True)
@@ -271,7 +307,7 @@ def print_plan(console: Console, sweep: Sweep, plan: Plan, rows: int, data_dir: 
         axes = dict(cell.axes)
         values = (format_value(axes[k]) if k in axes else "" for k in keys)
         cells.add_row(str(cell.index), cell.name, *values, str(axes["seed"]), cell.run_key,
-                      group_of.get(cell.index, "-"))
+                      group_of.get(cell.index, "kept"))
     console.print(cells)
     if len(shown) < len(sweep.cells):
         console.print(f"... and {len(sweep.cells) - len(shown)} more cells (--rows 0 shows all)")
@@ -286,6 +322,8 @@ def print_plan(console: Console, sweep: Sweep, plan: Plan, rows: int, data_dir: 
                        f"aftercorr:{g.after}" if g.after else "")
     console.print(arrays)
 
+    if not plan.groups:
+        console.print("nothing to submit: every cell and baseline is kept as it is")
     console.print("dependency graph (eval task i starts when train task i succeeds):")
     sizes = {g.name: g.size for g in plan.groups}
     for before, kind, after in plan.edges():

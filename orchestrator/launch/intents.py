@@ -25,6 +25,7 @@ class Group:
     records: list[dict]
     kinds: tuple[str, ...] = ("train", "eval")
     parallelism: int = 1
+    ledger: Ledger | None = None  # where its records live, when not the ledger `submit_groups` is given (baselines)
 
 
 def submit_jobs(backend, ledger: Ledger, records: list[dict], kinds: tuple[str, ...] = ("train", "eval"),
@@ -35,19 +36,27 @@ def submit_jobs(backend, ledger: Ledger, records: list[dict], kinds: tuple[str, 
 
 def submit_groups(backend, ledger: Ledger, groups: list[Group]) -> None:
     """Submit each group's jobs with one sbatch per kind: every group's intents first (job names in the ledger, one
-    save), then the sbatch calls, then the job ids (one save, also when an sbatch fails). The evaluation is chained
-    on the training submitted here: task by task (`aftercorr`) for an array, `afterok` for a single job. Where the
-    backend has no dependencies (local), only the training goes out; the watcher starts the evaluation when the
-    training has completed."""
+    save per ledger), then the sbatch calls, then the job ids (one save, also when an sbatch fails). The evaluation
+    is chained on the training submitted here: task by task (`aftercorr`) for an array, `afterok` for a single job.
+    Where the backend has no dependencies (local), only the training goes out; the watcher starts the evaluation
+    when the training has completed."""
     now = time.time()
     intents = [_intents(backend, group, now) for group in groups]
-    every = [r for group in groups for r in group.records]
-    ledger.save_all(every)  # from here on a crash leaves job names the next orchestrator looks for: no duplicate
+    books: dict[int, tuple[Ledger, list[dict]]] = {}  # one save per ledger (the cells', the baselines')
+    for group in groups:
+        own = group.ledger or ledger
+        books.setdefault(id(own), (own, []))[1].extend(group.records)
+
+    def save() -> None:
+        for own, records in books.values():
+            own.save_all(records)
+
+    save()  # from here on a crash leaves job names the next orchestrator looks for: no duplicate
     try:
         for group, named in zip(groups, intents):
             _sbatch(backend, group, named)
     finally:
-        ledger.save_all(every)
+        save()
 
 
 def _intents(backend, group: Group, now: float) -> dict[str, list[dict]]:

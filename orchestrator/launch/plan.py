@@ -1,21 +1,25 @@
-"""What to submit for a sweep: job arrays by resources, the train -> eval dependency graph, the counts; and, on a
-(re)launch, which cells still need what (`triage`) and the arrays that submit exactly those (`launch_plan`). Pure.
+"""What to submit for a sweep: job arrays by resources, the train -> eval dependency graph, the baselines' arrays, the
+counts; and, on a (re)launch, which cells and baselines still need what (`triage`, `triage_baselines`) and the arrays
+that submit exactly those (`launch_plan`). Pure.
 
 Cells that ask for the same Slurm resources share one training array (split at the profile's max_array_size).
 Each training array gets an evaluation array of the same length whose task i waits for training task i
-(`--dependency=aftercorr`), so one failed run cancels only its own evaluation.
+(`--dependency=aftercorr`), so one failed run cancels only its own evaluation. The baselines a sweep declares
+(orchestrator/sweep/baselines.py) are evaluations with nothing to wait for: arrays of their own, on the evaluation's
+resources, in the same plan, so the dry run, preflight and the totals count them as the cells.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from orchestrator.cluster.profile import SlurmResources
 from orchestrator.launch.ledger import LIVE, latest
 from orchestrator.sweep import claim_rows
 from orchestrator.sweep.expand import Sweep
 from record.display import format_value
+from record.identity.run_key import eval_id
 
 
 @dataclass(frozen=True)
@@ -23,15 +27,15 @@ class JobGroup:
     """One job array: task i runs the cell `cells[i]` (run_key `run_keys[i]`)."""
 
     name: str
-    kind: str  # "train" or "eval"
+    kind: str  # "train", "eval", or "baseline" (a base model's evaluation: no cell, keys are baseline keys)
     resources: SlurmResources
-    cells: tuple[int, ...]
+    cells: tuple[int, ...]  # indices into sweep.cells; empty for a baseline array
     run_keys: tuple[str, ...]
     after: str | None = None  # the training array this evaluation array follows, task by task
 
     @property
     def size(self) -> int:
-        return len(self.cells)
+        return len(self.run_keys)
 
     @property
     def gpu_hours(self) -> float:
@@ -54,6 +58,10 @@ class Plan:
     def eval(self) -> tuple[JobGroup, ...]:
         return tuple(g for g in self.groups if g.kind == "eval")
 
+    @property
+    def baselines(self) -> tuple[JobGroup, ...]:
+        return tuple(g for g in self.groups if g.kind == "baseline")
+
     def edges(self) -> list[tuple[str, str, str]]:
         """(prerequisite, dependency type, dependent) for every chained pair of arrays."""
         return [(g.after, "aftercorr", g.name) for g in self.groups if g.after]
@@ -64,6 +72,8 @@ class Plan:
             "skipped": len(self.skipped),
             "train_arrays": len(self.train),
             "eval_arrays": len(self.eval),
+            "baselines": sum(g.size for g in self.baselines),
+            "baseline_arrays": len(self.baselines),
             "array_tasks": sum(g.size for g in self.groups),
             "gpu_hours_max": round(sum(g.gpu_hours for g in self.groups), 1),
         }
@@ -75,9 +85,10 @@ class Plan:
         return {"groups": groups, "edges": self.edges(), "counts": self.counts()}
 
 
-def make_plan(sweep: Sweep, skip: Collection[str] = ()) -> Plan:
+def make_plan(sweep: Sweep, skip: Collection[str] = (), baselines: Collection[str] | None = None) -> Plan:
     """Group the cells not in `skip` by training resources, chunk each group to the array limit, and chain an
-    evaluation array on every training array."""
+    evaluation array on every training array; then the baselines' arrays (`baselines`: the keys to evaluate, by
+    default every baseline the sweep declares)."""
     by_resources: dict[SlurmResources, list[int]] = {}
     skipped = []
     for cell in sweep.cells:
@@ -94,6 +105,10 @@ def make_plan(sweep: Sweep, skip: Collection[str] = ()) -> Plan:
             n = sum(1 for g in groups if g.kind == "train")
             train = JobGroup(f"train-{n}", "train", resources, chunk, keys)
             groups += [train, JobGroup(f"eval-{n}", "eval", sweep.profile.eval, chunk, keys, after=train.name)]
+    declared = [b.key for b in sweep.baselines]
+    chosen = declared if baselines is None else [k for k in declared if k in set(baselines)]
+    groups += [JobGroup(f"baseline-{n}", "baseline", sweep.profile.eval, (), tuple(chosen[start:start + limit]))
+               for n, start in enumerate(range(0, len(chosen), limit))]
     return Plan(sweep.name, tuple(groups), tuple(skipped), sweep.profile.array_parallelism)
 
 
@@ -104,6 +119,16 @@ class Triage:
     kept: dict  # reason -> count of cells left as they are
     reopened: tuple[str, ...] = ()  # final cells that --retry-failed submits again
     reevaluated: tuple[str, ...] = ()  # trained cells whose evaluation changed (eval_id): evaluated again
+    why: Mapping[str, str] = field(default_factory=dict)  # run_key -> why it goes out, in words (dry run, ledger)
+    baselines: tuple[str, ...] = ()  # baseline keys whose evaluation goes out now (`triage_baselines`)
+    baselines_kept: dict = field(default_factory=dict)
+
+    def reasons(self, keys: tuple[str, ...]) -> dict[str, int]:
+        """{why: count} over these cells (of those that go out)."""
+        out: dict[str, int] = {}
+        for key in keys:
+            out[self.why.get(key, "")] = out.get(self.why.get(key, ""), 0) + 1
+        return out
 
 
 def triage(records: dict[str, dict], run_keys: list[str], retry_failed: bool = False,
@@ -113,10 +138,14 @@ def triage(records: dict[str, dict], run_keys: list[str], retry_failed: bool = F
     trained cell whose evaluation settings changed (`eval_ids`: run_key -> the sweep's eval_id now, against the
     record's) gets its evaluation alone: training is never repeated for what only evaluates. `rerun`: trained cells
     that train again from step 0 (trained under another gradient, orchestrator/launch/fingerprints.py)."""
-    train, evals, reopened, again, kept = [], [], [], [], {}
+    train, evals, reopened, again, kept, why = [], [], [], [], {}, {}
 
-    def keep(why: str) -> None:
-        kept[why] = kept.get(why, 0) + 1
+    def keep(reason: str) -> None:
+        kept[reason] = kept.get(reason, 0) + 1
+
+    def go(into: list, key: str, reason: str) -> None:
+        into.append(key)
+        why[key] = reason
 
     for key in run_keys:
         record = records.get(key)
@@ -125,52 +154,103 @@ def triage(records: dict[str, dict], run_keys: list[str], retry_failed: bool = F
         final = (record or {}).get("final")
         changed = bool(eval_ids) and record is not None and record.get("eval_id") not in (None, eval_ids[key])
         if key in rerun and t is not None and t["state"] == "COMPLETED":
-            train.append(key)
+            go(train, key, "trained under another gradient or by a probe entry: trained again from step 0")
             reopened.append(key)
             continue
         if final and final["status"] == "completed" and changed and t and t["state"] == "COMPLETED":
             again.append(key)
-            evals.append(key)
+            go(evals, key, "evaluation settings changed")
         elif final and final["status"] == "completed":
             keep("done")
         elif final:
             if retry_failed and final["status"] != "collapsed":
                 reopened.append(key)
-                (evals if t and t["state"] == "COMPLETED" else train).append(key)
+                trained = t and t["state"] == "COMPLETED"
+                go(evals if trained else train, key, f"{final['status']}, --retry-failed")
             else:
                 keep(final["status"])
         elif t is None or t["state"] == "LOST":
-            train.append(key)
+            go(train, key, "never submitted" if t is None else "its submission never reached Slurm")
         elif t["state"] in LIVE:
             keep("training live")
         elif t["state"] == "COMPLETED":
-            if e is None or e["state"] == "LOST" or (changed and e["state"] not in LIVE):
-                evals.append(key)
+            if e is None or e["state"] == "LOST":
+                go(evals, key, "trained, evaluation never submitted")
+            elif changed and e["state"] not in LIVE:
+                go(evals, key, "evaluation settings changed")
             elif e["state"] in LIVE or e["state"] == "COMPLETED":
                 keep("evaluation live or done")
             elif retry_failed:
-                evals.append(key)
+                go(evals, key, f"evaluation {e['state']}, --retry-failed")
             else:
                 keep(f"evaluation {e['state']}")
         elif retry_failed:
-            train.append(key)
+            go(train, key, f"training {t['state']}, --retry-failed")
         else:
             keep(f"training {t['state']} (the watcher decides)")
-    return Triage(tuple(train), tuple(evals), kept, tuple(reopened), tuple(again))
+    return Triage(tuple(train), tuple(evals), kept, tuple(reopened), tuple(again), why)
+
+
+AGAIN = frozenset({"LOST", "VANISHED", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "TIMEOUT"})  # not the run's fault
+
+
+def triage_baselines(records: dict[str, dict], keys: list[str], retry_failed: bool = False):
+    """The baselines' rule, the cells' in small: (keys to submit now, {reason: count} of those kept). Never
+    submitted, or ended by the infrastructure (lost, vanished, node failure, preemption, time limit) -> submit; live
+    or completed -> kept; failed (or cancelled, out of memory) -> kept unless `retry_failed`."""
+    todo, kept = [], {}
+    for key in keys:
+        ev = latest(records[key], "eval") if key in records else None
+        if ev is None or ev["state"] in AGAIN or (retry_failed and ev["state"] not in LIVE | {"COMPLETED"}):
+            todo.append(key)
+        else:
+            why = "evaluated" if ev["state"] == "COMPLETED" else "live" if ev["state"] in LIVE else ev["state"]
+            kept[why] = kept.get(why, 0) + 1
+    return todo, kept
 
 
 def launch_plan(sweep: Sweep, todo: Triage, array_limit: int) -> Plan:
     """The arrays a (re)launch submits: training arrays, each with its chained evaluation array, for `todo.train`;
-    evaluation arrays alone (no `after`) for `todo.eval`; none longer than `array_limit` (the cluster's
-    MaxArraySize) or the profile's max_array_size."""
+    evaluation arrays alone (no `after`) for `todo.eval`; the baselines' arrays for `todo.baselines`; none longer
+    than `array_limit` (the cluster's MaxArraySize) or the profile's max_array_size."""
     limit = min(sweep.profile.max_array_size, array_limit)
     sized = replace(sweep, profile=replace(sweep.profile, max_array_size=limit))
-    plan = make_plan(sized, skip={c.run_key for c in sweep.cells} - set(todo.train))
+    plan = make_plan(sized, skip={c.run_key for c in sweep.cells} - set(todo.train), baselines=todo.baselines)
     index = {c.run_key: c.index for c in sweep.cells}
     alone = tuple(JobGroup(f"eval-alone-{n}", "eval", sweep.profile.eval,
                            tuple(index[k] for k in todo.eval[start:start + limit]), todo.eval[start:start + limit])
                   for n, start in enumerate(range(0, len(todo.eval), limit)))
-    return replace(plan, groups=plan.groups + alone)
+    cells = tuple(g for g in plan.groups if g.kind != "baseline")
+    return replace(plan, groups=cells + alone + plan.baselines)
+
+
+def decide(sweep: Sweep, records: dict[str, dict], baseline_records: dict[str, dict], array_limit: int,
+           retry_failed: bool = False, rerun: Collection[str] = ()) -> tuple[Triage, Plan]:
+    """What a (re)launch submits, from the two ledgers as they stand: the cells' triage, the baselines', and the
+    arrays that submit exactly those. The dry run and the launch call this same function on the same records."""
+    eval_ids = {c.run_key: eval_id(c.config) for c in sweep.cells}
+    todo = triage(records, list(eval_ids), retry_failed, eval_ids, rerun)
+    keys, kept = triage_baselines(baseline_records, [b.key for b in sweep.baselines], retry_failed)
+    todo = replace(todo, baselines=tuple(keys), baselines_kept=kept)
+    return todo, launch_plan(sweep, todo, array_limit)
+
+
+def relaunch_lines(todo: Triage, records: int) -> list[str]:
+    """What a relaunch does with the cells a ledger already holds (nothing when it holds none): kept, evaluated
+    only, trained, each with why."""
+    if not records:
+        return []
+
+    def words(counts: dict) -> str:
+        return ", ".join(f"{n} {why}" for why, n in sorted(counts.items())) or "none"
+
+    evals, trains = todo.reasons(todo.eval), todo.reasons(todo.train)
+    out = [f"relaunch over a ledger of {records} cell(s): kept {sum(todo.kept.values())} ({words(todo.kept)})",
+           f"  evaluation only (no training): {len(todo.eval)}" + (f" ({words(evals)})" if todo.eval else ""),
+           f"  training (and its evaluation): {len(todo.train)}" + (f" ({words(trains)})" if todo.train else "")]
+    if todo.baselines or todo.baselines_kept:
+        out.append(f"  baselines: {len(todo.baselines)} evaluation(s) to submit; kept {words(todo.baselines_kept)}")
+    return out
 
 
 def summary_lines(sweep: Sweep, plan: Plan) -> list[str]:

@@ -39,3 +39,34 @@ def refresh(ledger: Ledger, backend, records: dict[str, dict], also=()) -> dict[
     if also and not queries:  # no cell for Slurm to change: the one query is the watcher's alone
         said.update(backend.rows(list(also)))
     return said
+
+
+def observe(backend, books: list[tuple[Ledger, dict[str, dict]]], also=(), write: bool = True) -> tuple[int, dict]:
+    """`settle_intents` and `refresh` for several ledgers at once (the cells' and the baselines'), with ONE sacct
+    for all their jobs and those `also` names. `write=False` (the dry run): the records change in memory only.
+    Returns (intents settled, sacct's rows)."""
+    resolved = 0
+    for ledger, records in books:
+        resolved += settle_intents(ledger if write else _Unsaved(), backend, records)
+    merged = {f"{i}/{key}": r for i, (_, records) in enumerate(books) for key, r in records.items()}
+    said: dict[str, list] = {}
+
+    def rows_of(ids: list[str]) -> dict[str, list]:
+        said.update(backend.rows([*ids, *also]))
+        return said
+
+    changed, queries = apply_slurm_states(merged, rows_of, backend.queued, time.time())
+    if also and not queries:
+        said.update(backend.rows(list(also)))
+    if write:
+        mine = {id(r) for r in changed}
+        for ledger, records in books:
+            ledger.save_all([r for r in records.values() if id(r) in mine])
+    return resolved, said
+
+
+class _Unsaved:
+    """A ledger that keeps nothing: the dry run settles intents in memory."""
+
+    def save_all(self, records) -> None:
+        pass

@@ -1,6 +1,8 @@
-"""Launching a sweep: submit what the plan's triage says still needs submitting, after settling the intents an
-interrupted orchestrator left and applying Slurm's current states (one sacct). Side effects through the ledger and a
-backend (orchestrator/cluster/executor.py); the decisions are orchestrator/launch/plan.py's.
+"""Launching a sweep, in one pass under the sweep's lock: the two ledgers (the cells', the baselines') read and
+brought up to date with Slurm (intents settled, one sacct), the plan decided (orchestrator/launch/plan.py `decide`,
+the same function the dry run calls), the records written, then every array of the plan submitted through the intent
+protocol (orchestrator/launch/intents.py). Side effects through the ledgers and a backend
+(orchestrator/cluster/executor.py); the decisions are plan.py's.
 """
 
 from __future__ import annotations
@@ -13,15 +15,17 @@ from orchestrator.cluster.executor import Options, save_options
 from orchestrator.cluster.profile import resources_params
 from orchestrator.cluster.snapshot import snapshot_code
 from orchestrator.launch.adopt import Adopted
-from orchestrator.launch.baselines import launch_baselines
+from orchestrator.launch.baseline_ledger import baseline_ledger, sweep_baselines_dir
 from orchestrator.launch.fingerprints import Changed, supersede
 from orchestrator.launch.intents import Group, submit_groups
-from orchestrator.launch.ledger import IDENTITY, Ledger, new_record, note
-from orchestrator.launch.plan import launch_plan, triage
+from orchestrator.launch.ledger import IDENTITY, Ledger, attempts, new_record, note
+from orchestrator.launch.plan import Plan, Triage, decide
 from orchestrator.launch.probed import PROBE_TAG
-from orchestrator.launch.reconcile import refresh, settle_intents
+from orchestrator.launch.reconcile import observe
 from orchestrator.sweep.expand import Sweep
 from record.identity.run_key import eval_id
+
+KINDS = {"train": ("train", "eval"), "eval": ("eval",), "baseline": ("eval",)}  # what each array of a plan submits
 
 
 @dataclass(frozen=True)
@@ -35,63 +39,58 @@ class LaunchReport:
     kept: dict
     resolved: int  # intents of an earlier, interrupted orchestrator settled by job name
     watcher: str | None = None  # what the watcher starter did, in words (Slurm only)
-    baselines: int = 0  # base-model evaluations submitted (orchestrator/launch/baselines.py)
+    baselines: int = 0  # base-model evaluations submitted
     baselines_kept: dict | None = None
+    plan: Plan | None = None  # the arrays submitted: what the dry run showed, unless a job changed state since
+    todo: Triage | None = None
 
 
 def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_failed: bool = False,
            watcher=None, adopted: Adopted | None = None, rerun: tuple[Changed, ...] = (),
            known: dict[str, dict] | None = None) -> LaunchReport:
-    """Submit what the sweep still needs (`triage`), idempotently: one sbatch per training array and one per
-    evaluation array. Holds the sweep's lock; settles an interrupted orchestrator's intents first. `watcher`
-    (orchestrator/watch/job.py `Starter`, Slurm only): its `ids()` join the one sacct, and it is called under
-    the lock with the records (the new ones in memory) and Slurm's rows, before the cells' sbatch, to start the
-    sweep's watcher job unless one is live. `adopted` (orchestrator/launch/adopt.py): records written before
-    identity version 2, with what was recognised in them, written into them here. `rerun`: trained cells that
-    train again from step 0, their outputs moved aside first (orchestrator/launch/fingerprints.py). `known`: the
-    records the caller read before taking the lock, unmodified: used when no ledger file changed since."""
-    ledger = Ledger(sweep_dir)
+    """Submit what the sweep still needs (`decide`), idempotently: one sbatch per array of the plan. Holds the
+    sweep's lock; settles an interrupted orchestrator's intents first. `watcher` (orchestrator/watch/job.py
+    `Starter`, Slurm only): its `ids()` join the one sacct, and it is called under the lock with the records (the
+    new ones in memory) and Slurm's rows, before the sbatch, to start the sweep's watcher job unless one is live.
+    `adopted` (orchestrator/launch/adopt.py): records written before identity version 2, with what was recognised
+    in them, written into them here. `rerun`: trained cells that train again from step 0, their outputs moved aside
+    first (orchestrator/launch/fingerprints.py). `known`: the records the caller read before taking the lock,
+    unmodified: used when no ledger file changed since."""
+    ledger, based = Ledger(sweep_dir), baseline_ledger(sweep_dir)
     watcher = watcher if backend.kind == "slurm" else None
     with ledger.lock("orchestrate sweep", wait_s=60.0):  # a watcher job holds it for one poll at a time
-        records = ledger.records(unless_changed=known)
+        records, baselines = ledger.records(unless_changed=known), based.records()
         _mark_adopted(ledger, records, adopted)
-        resolved = settle_intents(ledger, backend, records)
-        said = refresh(ledger, backend, records, also=watcher.ids() if watcher else ())
-        declared = tuple(b.key for b in sweep.baselines)
-        before = (lambda: watcher(records, said, declared)) if watcher else (lambda: None)
-        return _submit(sweep, sweep_dir, ledger, backend, options, records, retry_failed, resolved, before, rerun)
-
-
-def _submit(sweep: Sweep, sweep_dir: Path, ledger: Ledger, backend, options: Options, records: dict[str, dict],
-            retry_failed: bool, resolved: int, before, rerun: tuple[Changed, ...] = ()) -> LaunchReport:
-    """Under the lock, with Slurm's states applied: run dirs' records written and what `triage` says submitted;
-    `before()` (the watcher's start, its words into the report) once the records are ready, before any sbatch."""
-    cells = {c.run_key: c for c in sweep.cells}
-    eval_ids = {key: eval_id(c.config) for key, c in cells.items()}
-    reruns = {c.run_key: c for c in rerun}
-    todo = triage(records, list(cells), retry_failed, eval_ids, rerun=reruns)
-    snapshot: list[Path] = []
-
-    def code_once() -> Path:  # the snapshot and options only when something goes out
-        if not snapshot:
-            snapshot.append(snapshot_code(sweep_dir))
+        resolved, said = observe(backend, [(ledger, records), (based, baselines)],
+                                 also=watcher.ids() if watcher else ())
+        reruns = {c.run_key: c for c in rerun}
+        todo, plan = decide(sweep, records, baselines, backend.array_limit(), retry_failed, reruns)
+        code = None
+        if plan.groups:  # the snapshot and options only when something goes out
+            code = snapshot_code(sweep_dir)
             save_options(sweep_dir, options)
-        return snapshot[0]
+            _write_records(sweep, sweep_dir, ledger, records, baselines, todo, reruns, options, code,
+                           retry_failed)
+        started = watcher(records, said, tuple(b.key for b in sweep.baselines)) if watcher else None
+        sbatch = _submit(backend, ledger, based, plan, records, baselines) if plan.groups else 0
+    return LaunchReport(sweep_dir, backend.kind, code, len(todo.train), len(todo.eval), sbatch, todo.kept, resolved,
+                        started, len(todo.baselines), todo.baselines_kept, plan, todo)
 
-    if not todo.train and not todo.eval:
-        said = before()
-        baselines, baselines_kept, sbatch = launch_baselines(sweep, sweep_dir, backend, options, code_once,
-                                                             retry_failed)
-        return LaunchReport(sweep_dir, backend.kind, snapshot[0] if snapshot else None, 0, 0, sbatch, todo.kept,
-                            resolved, said, baselines, baselines_kept)
-    code, now = code_once(), time.time()
-    params_eval = resources_params(sweep.profile, sweep.profile.eval)
+
+def _write_records(sweep: Sweep, sweep_dir: Path, ledger: Ledger, records: dict[str, dict],
+                   baselines: dict[str, dict], todo: Triage, reruns: dict[str, Changed], options: Options,
+                   code: Path, retry_failed: bool) -> None:
+    """The records of what goes out, in memory (the intents save them): where the code is, the entries, Slurm's
+    parameters, and a note of why. A rerun's outputs are moved aside first: a store that does not answer stops
+    here, nothing moved."""
+    now, params_eval = time.time(), resources_params(sweep.profile, sweep.profile.eval)
+    cells = {c.run_key: c for c in sweep.cells}
     for key in (*todo.train, *todo.eval):
         cell = cells[key]
         record = records.get(key) or new_record(sweep.name, key, cell.name, _axes(cell.axes), sweep_dir / key)
         record.update(code=str(code), entries={"train": options.train_entry, "eval": options.eval_entry},
                       params={"train": resources_params(sweep.profile, cell.resources), "eval": params_eval})
-        if key in reruns:  # before anything else: a store that does not answer stops here, nothing moved
+        if key in reruns:
             moved = supersede(Path(record["run_dir"]), reruns[key].recorded)
             # the old attempts spend no retry budget of the new training (orchestrator/watch/watcher.py)
             record["jobs"] = [dict(j, superseded=reruns[key].recorded) if not j.get("superseded") else j
@@ -105,26 +104,40 @@ def _submit(sweep: Sweep, sweep_dir: Path, ledger: Ledger, backend, options: Opt
         if key in todo.reevaluated:  # trained and evaluated; what evaluates changed: evaluated again, kept trained
             record["final"] = None
             note(record, "reevaluate", f"the evaluation settings changed (eval_id {record.get('eval_id')} -> "
-                 f"{eval_ids[key]}); the trained cell is evaluated again, its earlier evaluation kept", now)
-        record["eval_id"] = eval_ids[key]
+                 f"{eval_id(cell.config)}); the trained cell is evaluated again, its earlier evaluation kept", now)
+        record["eval_id"] = eval_id(cell.config)
         what = "evaluation" if key in todo.eval else "training and evaluation"
-        note(record, "submit", f"{what} submitted by orchestrate sweep"
-             + (" --retry-failed" if key in todo.reopened else ""), now)
+        note(record, "submit", f"{what} submitted by orchestrate sweep ({todo.why.get(key, '')})", now)
         records[key] = record
-    said = before()
-    baselines, baselines_kept, sbatch = launch_baselines(sweep, sweep_dir, backend, options, code_once, retry_failed)
-    if backend.kind == "slurm":
-        plan = launch_plan(sweep, todo, backend.array_limit())
-        groups = [Group([records[k] for k in g.run_keys], ("train", "eval"), plan.array_parallelism)
-                  for g in plan.train]  # the training array and the evaluation array chained on it
-        groups += [Group([records[k] for k in g.run_keys], ("eval",), plan.array_parallelism)
-                   for g in plan.eval if g.after is None]
-        submit_groups(backend, ledger, groups)
-        sbatch += sum(len(g.kinds) for g in groups)
-    else:
-        ledger.save_all(records[k] for k in (*todo.train, *todo.eval))  # the local follower starts them
-    return LaunchReport(sweep_dir, backend.kind, code, len(todo.train), len(todo.eval), sbatch, todo.kept,
-                        resolved, said, baselines, baselines_kept)
+    declared = {b.key: b for b in sweep.baselines}
+    for key in todo.baselines:
+        b = declared[key]
+        record = baselines.get(key) or new_record(sweep.name, key, b.name, {}, sweep_baselines_dir(sweep_dir) / key)
+        again = " --retry-failed" if retry_failed and attempts(record, "eval") else ""
+        record.update(code=str(code), entries={"eval": options.eval_entry}, params={"eval": params_eval},
+                      final=None, baseline=b.description())
+        note(record, "submit", "baseline evaluation submitted by orchestrate sweep" + again, now)
+        baselines[key] = record
+
+
+def _submit(backend, ledger: Ledger, based: Ledger, plan: Plan, records: dict[str, dict],
+            baselines: dict[str, dict]) -> int:
+    """Every array of the plan through the intent protocol, in one `submit_groups`: the training arrays with their
+    chained evaluations, the evaluations alone, the baselines. Locally the cells' records are saved for the
+    follower, which starts them (orchestrator/watch/); the baselines go to the local executor now. Returns the
+    sbatch calls made."""
+    groups = []
+    for g in plan.groups:
+        if g.kind == "eval" and g.after is not None:
+            continue  # submitted with its training array, chained on it
+        if g.kind == "baseline":
+            groups.append(Group([baselines[k] for k in g.run_keys], KINDS[g.kind], plan.array_parallelism, based))
+        elif backend.kind == "slurm":
+            groups.append(Group([records[k] for k in g.run_keys], KINDS[g.kind], plan.array_parallelism))
+    if backend.kind != "slurm":
+        ledger.save_all(records[k] for g in plan.groups if g.kind != "baseline" for k in g.run_keys)
+    submit_groups(backend, ledger, groups)
+    return sum(len(g.kinds) for g in groups) if backend.kind == "slurm" else 0
 
 
 def _mark_adopted(ledger: Ledger, records: dict[str, dict], adopted: Adopted | None) -> None:

@@ -35,13 +35,16 @@ def plan_probes(sweep: Sweep, plan: Plan, where: Path, need_bytes: int, data_dir
     """One probe per distinct (kind, resources) of the plan's arrays, then the watcher's. `sweep`: its paths
     resolved (orchestrator/cluster/paths.py), as the cells' jobs will read them."""
     by_resources: dict[tuple, list] = {}
-    for group in plan.groups:
-        by_resources.setdefault((group.kind, group.resources), []).append(group)
+    for group in plan.groups:  # a baseline is an evaluation job: probed with the cells' evaluations
+        kind = "eval" if group.kind == "baseline" else group.kind
+        by_resources.setdefault((kind, group.resources), []).append(group)
     base = {"root": str(where.parent.parent), "need_bytes": need_bytes}
+    baselines = {b.key: b.config for b in sweep.baselines}
     out = []
     for (kind, resources), groups in by_resources.items():
         label = ",".join(g.name for g in groups)
-        configs = [sweep.cells[i].config for g in groups for i in g.cells]
+        configs = [*(sweep.cells[i].config for g in groups for i in g.cells),
+                   *(baselines[k] for g in groups if g.kind == "baseline" for k in g.run_keys)]
         spec = {**base, "group": label, "kind": kind, "gpus_per_node": resources.gpus_per_node,
                 "models": _distinct(c.model.name_or_path for c in configs),
                 "data": _distinct(_files(c, kind, data_dir) for c in configs),

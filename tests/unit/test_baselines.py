@@ -1,6 +1,6 @@
 """Baselines in a sweep file (orchestrator/sweep/spec.py, orchestrator/sweep/baselines.py): each entry checked, every
 problem of every entry at once beside the cells', each resolved like a cell with its own model and eval settings,
-its identity what the evaluation computes; the relaunch rule (orchestrator/launch/baselines.py `triage_baselines`);
+its identity what the evaluation computes; the relaunch rule (orchestrator/launch/plan.py `triage_baselines`);
 and the report's matching of baselines to the cells of their model (orchestrator/report/baselines.py)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.launch.baselines import triage_baselines
+from orchestrator.launch.plan import triage_baselines
 from orchestrator.launch.materialise import materialise_baselines
 from orchestrator.report.baselines import references
 from orchestrator.sweep.expand import load_sweep

@@ -24,12 +24,17 @@ def test_cells_with_the_same_resources_share_one_array():
 
 
 def test_eval_arrays_follow_their_train_array_task_by_task():
-    plan = make_plan(load_sweep(SWEEPS / "onpolicy.yaml"))
+    sweep = load_sweep(SWEEPS / "onpolicy.yaml")
+    plan = make_plan(sweep)
     assert plan.edges() == [("train-0", "aftercorr", "eval-0")]
-    train, evaluation = plan.groups
+    train, evaluation, baselines = plan.groups
     assert evaluation.after == train.name and evaluation.cells == train.cells and evaluation.run_keys == train.run_keys
-    assert plan.counts() == {"cells": 102, "skipped": 0, "train_arrays": 1, "eval_arrays": 1, "array_tasks": 204,
-                             "gpu_hours_max": 102 * 8 * 24 + 102 * 1 * 4}
+    # the three base models the sweep declares: one array on the evaluation's resources, in the totals
+    assert baselines.kind == "baseline" and baselines.after is None and baselines.resources == evaluation.resources
+    assert baselines.run_keys == tuple(b.key for b in sweep.baselines) and len(baselines.run_keys) == 3
+    assert plan.counts() == {"cells": 102, "skipped": 0, "train_arrays": 1, "eval_arrays": 1, "baselines": 3,
+                             "baseline_arrays": 1, "array_tasks": 207,
+                             "gpu_hours_max": 102 * 8 * 24 + 102 * 1 * 4 + 3 * 1 * 4}
 
 
 def test_arrays_are_split_at_the_profiles_limit():
