@@ -88,7 +88,7 @@ def register(subparsers) -> None:
                              "from what this code computes for their settings (their outputs are moved aside)")
     parser.add_argument("--ignore-disk-peak", action="store_true",
                         help="submit although the disk's expected peak exceeds the free space of sweep.output_root "
-                             "(you know the filesystem: quotas, a cleanup of your own)")
+                             "(you know the filesystem: room freed or added before the peak comes)")
     parser.add_argument("--retry-failed", action="store_true",
                         help="also resubmit cells that ended unsuccessfully or were cancelled (never collapsed ones)")
     parser.add_argument("--signal-delay", type=int, default=None, metavar="S",
