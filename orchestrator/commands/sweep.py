@@ -89,6 +89,9 @@ def register(subparsers) -> None:
     parser.add_argument("--rerun-changed", action="store_true",
                         help="train again, from step 0, the trained cells whose recorded gradient fingerprint differs "
                              "from what this code computes for their settings (their outputs are moved aside)")
+    parser.add_argument("--ignore-disk-peak", action="store_true",
+                        help="submit although the disk's expected peak exceeds the free space of sweep.output_root "
+                             "(you know the filesystem: room freed or added before the peak comes)")
     parser.add_argument("--retry-failed", action="store_true",
                         help="also resubmit cells that ended unsuccessfully or were cancelled (never collapsed ones)")
     parser.add_argument("--signal-delay", type=int, default=None, metavar="S",
@@ -135,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         for line in [*relaunch_lines(todo, len(before)), *cost_lines(cost)]:
             out.print(line, soft_wrap=True)
         for problem in [*resolver.problems, *plan_report(sweep)[1],
-                        *filter(None, [disk_problem(cost), owner_problem(sweep)])]:
+                        *filter(None, [None if args.ignore_disk_peak else disk_problem(cost), owner_problem(sweep)])]:
             out.print(f"a submission would stop here: {problem}", soft_wrap=True)
         out.print("dry run: nothing written, nothing submitted")
         # A hint, not the table: the dry run shows what Slurm gets; validate shows what the cells compute (torch).
@@ -152,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     # Every missing path at once, before anything is written: the probes of the tests read none of them.
     real = args.train_entry == Options.train_entry  # the probes of the tests read and write none of it
     raise_if([*(resolver.problems if real else ()), *plan_report(sweep)[1], *filter(None, [owner_problem(sweep)]),
-              *(filter(None, [disk_problem(cost)]) if real else ()),
+              *(filter(None, [disk_problem(cost)]) if real and not args.ignore_disk_peak else ()),
               *(sqlite_written_by_jobs(uris) if executor == "slurm" and not sweep.profile.site.sqlite_jobs else ())],
              f"sweep {args.sweep}: nothing written, nothing submitted")
     check_stores(uris)
