@@ -54,9 +54,11 @@ EXAMPLES = """examples:
   orchestrate sweep sweeps/onpolicy.yaml --no-watcher
   orchestrate sweep sweeps/smoke.yaml --executor local optim.steps=2
 
---dry-run prints the cells (axes, run_key; the first 200, --rows), the job arrays by resources, the train ->
-eval dependency graph, the counts and the sbatch scripts (one for arrays alike but for their name and
-dependency: the chunks of MaxArraySize), and touches nothing on disk. Without it: the checks, the run dirs
+--dry-run prints the cells (axes, run_key; the first 200, --rows), the job arrays by resources (the baselines'
+too), the train -> eval dependency graph, the counts and the sbatch scripts (one for arrays alike but for their
+name and dependency: the chunks of MaxArraySize), and touches nothing on disk. On a sweep already launched it
+shows what a relaunch would submit, decided as the launch decides it: cells kept, evaluated alone, trained
+again, each with why, and the costs of that alone. Without it: the checks, the run dirs
 (<output_root>/<sweep>/<run_key>/config.yaml, the resolved config) and manifest.json, a snapshot of the code
 (<sweep dir>/code/<hash>: what every job runs), then one sbatch per training array and one per evaluation
 array chained on it, each cell recorded in <sweep dir>/ledger/. On Slurm it also starts the sweep's watcher

@@ -49,9 +49,16 @@ def test_a_finished_sweep_relaunched_trains_only_what_computes_something_new(swe
     config = yaml.safe_load(RunDir(sweep_dir / keys[0]).config.read_text())
     assert config["checkpoint"]["keep_last"] == 5  # taken by any job that starts from now on
 
-    # (b) an evaluation task added: each trained cell evaluated again, nothing trained
+    # (b) an evaluation task added: each trained cell evaluated again, nothing trained. The dry run says so first
+    # (the ledgers read, Slurm asked, nothing written), and the launch then submits exactly that (issue 43, item 1).
+    dry = relaunch(args, tmp_path, "eval.tasks=[tiny,tiny_ood]", "--dry-run")
+    assert "evaluation only (no training): 2 (2 evaluation settings changed)" in dry, dry
+    assert "training (and its evaluation): 0" in dry and "counts: cells 0, skipped 2, train_arrays 0" in dry
+    assert "sbatch script: " + name + "-eval-alone-0" in dry and jobs_of(Ledger(sweep_dir).records()) == jobs_of(first)
     out = relaunch(args, tmp_path, "eval.tasks=[tiny,tiny_ood]")
+    assert "evaluation only (no training): 2 (2 evaluation settings changed)" in out, out
     assert "submitted 0 training job(s) with chained evaluations and 2 evaluation(s) alone" in out, out
+    assert "the plan changed" not in out
     second = settle(sweep_dir, tmp_path)
     assert jobs_of(second) == {k: (1, 2) for k in keys}
     assert all(r["final"]["status"] == "completed" for r in second.values())

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator.launch.plan import triage_baselines
 from orchestrator.launch.materialise import materialise_baselines
+from orchestrator.launch.plan import triage_baselines
 from orchestrator.report.baselines import references
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.sweep.spec import SweepSpec

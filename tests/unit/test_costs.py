@@ -31,7 +31,8 @@ def test_the_papers_sweep_costs_what_its_shapes_say():
     assert c.gpu_hours == plan.counts()["gpu_hours_max"] and c.gpu_hours_retries == round(4 * c.gpu_hours, 1)
     assert not c.fits and "lower checkpoint.keep_last" in disk_problem(c)
     assert costs(sweep, plan, 3, 10**14).fits and disk_problem(costs(sweep, plan, 3, 10**14)) is None
-    assert "up to 79968" in lines(c)[0] and "TB" not in lines(c)[1]
+    # 19,992 GPU-hours of cells (102 x 8 GPUs x 24 h, 102 x 1 x 4 h) and 12 of its three baselines (1 GPU, 4 h)
+    assert c.gpu_hours == 20004 and "up to 80016" in lines(c)[0] and "TB" not in lines(c)[1]
     assert "5,193.4 GB expected at the peak, 23,938.2 GB if nothing is freed" in lines(c)[1]
 
 
@@ -136,7 +137,7 @@ def test_the_dry_run_states_the_costs_and_where_a_submission_would_stop():
                            str(REPO / "sweeps" / "onpolicy.yaml")], cwd=REPO, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr
-    assert "GPU-hours: at most 19992" in done.stdout
+    assert "GPU-hours: at most 20004" in done.stdout  # the cells' 19,992 and the baselines' 12
     assert "disk: 5,193.4 GB expected at the peak, 23,938.2 GB if nothing is freed" in done.stdout
 
 

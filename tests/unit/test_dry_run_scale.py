@@ -29,7 +29,8 @@ def test_a_large_dry_run_prints_the_first_cells_the_counts_and_one_script_of_eac
     out = capsys.readouterr().out
     assert "sweep wide: 250 cells" in out and "... and 50 more cells (--rows 0 shows all)" in out, out[-3000:]
     assert "│ 199 │" in out and "│ 200 │" not in out  # the first 200 rows, no more
-    assert "counts: cells 250, skipped 0, train_arrays 3, eval_arrays 3, array_tasks 500" in out
+    assert ("counts: cells 250, skipped 0, train_arrays 3, eval_arrays 3, baselines 0, baseline_arrays 0, "
+            "array_tasks 500") in out
     assert "train-2 (50 tasks) --aftercorr--> eval-2 (50 tasks)" in out
     scripts = [line.split("sbatch script: ")[1].strip(" ─") for line in out.splitlines() if "sbatch script:" in line]
     assert scripts == ["wide-train-0", "wide-eval-0", "wide-train-2", "wide-eval-2"], scripts  # the last chunk: 50
