@@ -5,6 +5,10 @@ The same key names the run dir, the Slurm job and the MLflow run, which is what 
 the same sweep gives the same keys on any machine, in any process, in any dict order; any change to what the
 run computes gives a new key, and nothing else does (record/identity/fields.py classifies every field: what evaluates
 enters `eval_id`, machinery enters neither). No timestamps, no paths, nothing random.
+
+One path: `identity_json` alone says what is hashed, for a RunConfig and for a mapping (a legacy config.yaml read by
+orchestrator/launch/adopt.py) alike, and both identities are a hash of it. Its one cache holds its own rendering of
+each section object, not a second definition.
 """
 
 from __future__ import annotations
@@ -24,89 +28,87 @@ MODEL_FIELD, WEIGHTS = "model.name_or_path", "weights"  # the path gives way to 
 
 def canonical_json(data: Mapping) -> str:
     """Sorted keys, no whitespace, ASCII, no NaN: one string per value, whatever the dict order."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return _CANONICAL.encode(data)
 
 
-def identity_dict(config, kind: str = fields_table.COMPUTES) -> dict:
-    """The fields of one class (record/identity/fields.py) of a run config (a RunConfig dataclass, or a mapping taken as
-    its `to_dict()` output), nested as the config nests them; for the training identity, the model's path is
-    replaced by its weights' identity (record/identity/weights.py)."""
-    data = config.to_dict() if is_dataclass(config) else dict(config)
-    out: dict = {}
-    for name, value in data.items():
-        if isinstance(value, Mapping) and name != "collapse":
-            kept = _section(name, value, kind)
-            if kept:
-                out[name] = kept
-        elif fields_table.FIELDS.get(name) == kind:
-            out[name] = value
-    return out
+# json.dumps with these arguments, without building an encoder per call (a cell renders a dozen sections)
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
-def _section(name: str, values: Mapping, kind: str) -> dict:
+def run_key(config) -> str:
+    """The training identity: first KEY_HEX hex digits of sha256(`identity_json`: the fields that compute, the seed
+    included). Evaluation settings and machinery (record/identity/fields.py) leave it unchanged."""
+    return _digest(identity_json(config, fields_table.COMPUTES))
+
+
+def eval_id(config) -> str:
+    """The evaluation's part of its identity (the run_key is the rest): a hash of `identity_json`'s fields that
+    evaluate (all in the `eval` section)."""
+    return _digest(identity_json(config, fields_table.EVALUATES))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:KEY_HEX]
+
+
+def identity_json(config, kind: str = fields_table.COMPUTES) -> str:
+    """What an identity hashes: the canonical JSON of the fields of one class (record/identity/fields.py) of a run
+    config, nested as the config nests them, a section with none of them left out; in the training identity the
+    model's path gives way to its weights' identity (record/identity/weights.py). `config`: a RunConfig, or a mapping
+    taken as its `to_dict()` output.
+
+    Built a section at a time: with sorted keys and no whitespace, a dict's canonical JSON is "{", its '"key":value'
+    pairs in key order joined by ",", "}". A RunConfig's sections, which a sweep's cells share, are each rendered
+    once, so 10,000 cells expand in under 2 s (bench/sweep_expand.py)."""
+    items = ((n, getattr(config, n)) for n in _field_names(type(config))) if is_dataclass(config) else config.items()
+    parts = []
+    for name, value in items:
+        text = None if name == "collapse" else _section_json(name, value, kind)
+        if text is not None:
+            if text != "{}":
+                parts.append((name, text))
+        elif fields_table.FIELDS.get(name) == kind:  # the seed, the collapse rules
+            parts.append((name, str(value) if type(value) is int else canonical_json(value)))
+    parts.sort()
+    return "{" + ",".join(_json_key(name) + text for name, text in parts) + "}"
+
+
+def _section_json(name: str, value, kind: str) -> str | None:
+    """A section's canonical JSON (None for a value that is no section): a RunConfig's section object is rendered
+    once per kind, held beside its id so that the id is not reused while it is there (a lookup by id skips hashing
+    every field of a frozen dataclass); a mapping's is rendered each time."""
+    if type(value) in _SECTION_TYPES or (is_dataclass(value) and not isinstance(value, type)):
+        held_here = _HELD.setdefault(kind, {})
+        held = held_here.get(id(value))
+        if held is None or held[0] is not value:
+            if len(held_here) > _HELD_SECTIONS:
+                held_here.clear()
+            values = {f: getattr(value, f) for f in _field_names(type(value))}
+            held = held_here[id(value)] = (value, canonical_json(_kept(name, values, kind)))
+            _SECTION_TYPES.add(type(value))
+        return held[1]
+    if isinstance(value, Mapping):
+        return canonical_json(_kept(name, value, kind))
+    return None
+
+
+def _kept(name: str, values: Mapping, kind: str) -> dict:
     kept = {k: v for k, v in values.items() if fields_table.FIELDS.get(f"{name}.{k}") == kind}
     if kind == fields_table.COMPUTES and name == "model" and "name_or_path" in values:
         kept[WEIGHTS] = model_identity(str(values["name_or_path"]))
     return kept
 
 
-def run_key(config) -> str:
-    """The training identity: first KEY_HEX hex digits of sha256(canonical JSON of the fields that compute, the
-    seed included). Evaluation settings and machinery (record/identity/fields.py) leave it unchanged."""
-    text = _canonical_run_config(config) if is_dataclass(config) else canonical_json(identity_dict(config))
-    return hashlib.sha256(text.encode()).hexdigest()[:KEY_HEX]
-
-
-def eval_id(config) -> str:
-    """The evaluation's part of its identity (the run_key is the rest): a hash of the fields that evaluate (all in
-    the `eval` section: a RunConfig's is hashed once per distinct section, as a sweep's cells share it)."""
-    if is_dataclass(config):
-        return _eval_id(config.eval)
-    return hashlib.sha256(canonical_json(identity_dict(config, fields_table.EVALUATES)).encode()).hexdigest()[:KEY_HEX]
-
-
-@functools.lru_cache(maxsize=1024)
-def _eval_id(section) -> str:
-    values = _section("eval", {f.name: getattr(section, f.name) for f in fields(section)}, fields_table.EVALUATES)
-    return hashlib.sha256(canonical_json({"eval": values}).encode()).hexdigest()[:KEY_HEX]
-
-
-def _canonical_run_config(config) -> str:
-    """canonical_json(identity_dict(config)), assembled from each section's cached JSON: the cells of a sweep
-    share most sections, and 10k cells must expand in under 2 s (tests check the two agree)."""
-    parts = []
-    for name, key, computes in _sorted_fields(type(config)):  # sort_keys' order, fixed per class
-        value = getattr(config, name)
-        if type(value) not in _SECTION_TYPES and is_dataclass(value):
-            _SECTION_TYPES.add(type(value))
-        if type(value) in _SECTION_TYPES:
-            held = _SECTION_JSON.get(id(value))
-            if held is None or held[0] is not value:
-                if len(_SECTION_JSON) > _HELD_SECTIONS:
-                    _SECTION_JSON.clear()
-                held = _SECTION_JSON[id(value)] = (value, _section_json(name, value))
-            if held[1] != "{}":
-                parts.append(key + held[1])
-        elif computes:  # the seed: json.dumps of an int is its str
-            parts.append(key + (str(value) if type(value) is int else canonical_json(value)))
-    return "{" + ",".join(parts) + "}"
-
-
-# Each section object's JSON by its id, the object held beside it so that its id is not reused while there: a
-# sweep's cells share their section objects, and a lookup by id skips hashing every field of a frozen dataclass.
-_SECTION_JSON: dict[int, tuple[object, str]] = {}
+_HELD: dict[str, dict[int, tuple[object, str]]] = {}  # kind -> id(section) -> (the section, its JSON)
 _HELD_SECTIONS = 65536
 _SECTION_TYPES: set[type] = set()
 
 
 @functools.cache
-def _sorted_fields(cls: type) -> tuple[tuple[str, str, bool], ...]:
-    """(name, its JSON key, whether it computes) of each field, sorted by name."""
-    return tuple((f.name, json.dumps(f.name) + ":", fields_table.FIELDS.get(f.name) == fields_table.COMPUTES)
-                 for f in sorted(fields(cls), key=lambda f: f.name))
+def _json_key(name: str) -> str:
+    return json.dumps(name) + ":"
 
 
-@functools.lru_cache(maxsize=4096)
-def _section_json(name: str, section) -> str:
-    return canonical_json(_section(name, {f.name: getattr(section, f.name) for f in fields(section)},
-                                   fields_table.COMPUTES))
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))

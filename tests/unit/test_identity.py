@@ -10,13 +10,7 @@ from pathlib import Path
 
 from orchestrator.sweep.expand import load_sweep
 from record.identity import fields as fields_table
-from record.identity.run_key import (
-    _canonical_run_config,
-    canonical_json,
-    eval_id,
-    identity_dict,
-    run_key,
-)
+from record.identity.run_key import canonical_json, eval_id, identity_json, run_key
 from tests.support.legacy_identity import legacy_run_key
 from trainer.config.run import RunConfig
 
@@ -109,9 +103,13 @@ def test_key_is_independent_of_dict_order():
     assert run_key(reordered) == run_key(config)
 
 
-def test_the_fast_path_agrees_with_the_definition():
+def test_a_run_config_and_its_mapping_hash_alike():
+    """One path, two inputs: a RunConfig's sections (rendered once per object) and the plain mapping of a legacy
+    config.yaml give one identity, and the string assembled a section at a time is the canonical JSON it claims."""
     for cell in load_sweep(REPO / "sweeps" / "async.yaml").cells:
-        assert _canonical_run_config(cell.config) == canonical_json(identity_dict(cell.config))
+        for kind in (fields_table.COMPUTES, fields_table.EVALUATES):
+            text = identity_json(cell.config, kind)
+            assert text == identity_json(cell.config.to_dict(), kind) == canonical_json(json.loads(text))
         assert run_key(cell.config) == run_key(cell.config.to_dict())
         assert eval_id(cell.config) == eval_id(cell.config.to_dict())
     config = RunConfig.from_dict({"model": {"name_or_path": "m"}, "collapse": {"b": [1, 2], "a": None}})
