@@ -149,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"next, ask Slurm about every job before submitting: orchestrate preflight {again}", soft_wrap=True)
         return 0
     if args.preflight:  # Slurm's verdict on every job, then the probes (orchestrator/preflight/): only preflight/
-        found = preflight(sweep, plan, say=lambda group, state: out.print(f"probe {group}: {state}"))
+        found = preflight(sweep, plan, say=lambda group, state: out.print(f"probe {group}: {state}"),
+                          ignore_disk_peak=args.ignore_disk_peak)
         print_rows(out, sweep.name, found)
         if not all(r.ok for r in found):
             return 1

@@ -161,7 +161,8 @@ def disk_check(spec: dict) -> dict:
     enough = free >= need
     return check(label, ok and enough, f"written and read back; {free / 1e9:,.2f} GB free, the plan needs "
                  f"{need / 1e9:,.2f} GB at the peak",
-                 "put sweep.output_root on a larger filesystem, lower checkpoint.keep_last, or split the sweep")
+                 "put sweep.output_root on a larger filesystem, lower array_parallelism or checkpoint.keep_last, "
+                 "split the sweep, or (you know the filesystem) submit with --ignore-disk-peak")
 
 
 def sbatch_check(flags: list[str]) -> dict:

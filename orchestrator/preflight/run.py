@@ -24,8 +24,11 @@ PROBE_TIMEOUT_S = 600.0  # how long preflight waits for a probe to start and end
 
 
 def preflight(sweep: Sweep, plan: Plan, probes: bool = True, timeout_s: float = PROBE_TIMEOUT_S,
-              say: Callable[[str, str], None] = lambda group, state: None) -> list[Row]:
-    """Every row: the login node's path problems, Slurm's verdicts, then (when those pass) the probes' checks."""
+              say: Callable[[str, str], None] = lambda group, state: None,
+              ignore_disk_peak: bool = False) -> list[Row]:
+    """Every row: the login node's path problems, Slurm's verdicts, then (when those pass) the probes' checks.
+    `ignore_disk_peak` (`orchestrate sweep --ignore-disk-peak`): the nodes still write and read the run dir, but
+    its free space is not held against the disk's expected peak."""
     resolver = Resolver(sweep.source)
     resolved = dataclasses.replace(sweep, cells=tuple(dataclasses.replace(c, config=resolver.resolve(c.config))
                                                       for c in sweep.cells))
@@ -41,7 +44,7 @@ def preflight(sweep: Sweep, plan: Plan, probes: bool = True, timeout_s: float = 
     except OSError as err:
         return [*found, Row("run dir (login node)", "all", False, f"cannot create {where}: {err.strerror or err}",
                             "set sweep.output_root to a writable directory every node mounts")]
-    need = costs(resolved, plan, 0, None).bytes_at_peak
+    need = 0 if ignore_disk_peak else costs(resolved, plan, 0, None).bytes_at_peak
     planned = plan_probes(resolved, plan, where, need, resolver.data)
     for uri in {u for p in planned for u in p.spec.get("tracking", ()) if u}:
         try:  # a fresh SQLite store's schema once, before the probes open it at once (as a launch does)
