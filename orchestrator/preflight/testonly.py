@@ -48,10 +48,11 @@ def test_only(args: list[str], script: str | None = None) -> tuple[bool, str]:
 
 
 def partitions() -> set[str] | None:
-    """The partitions the cluster has (`sinfo -h -o %R`), or None where sinfo cannot say (then Slurm's verdict
-    alone stands)."""
+    """The partitions the cluster has (`sinfo -a -h -o %R`: hidden ones too), or None where sinfo cannot say (then
+    Slurm's verdict alone stands)."""
     try:
-        done = subprocess.run(["sinfo", "-h", "-o", "%R"], capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(["sinfo", "-a", "-h", "-o", "%R"], capture_output=True, text=True, timeout=60,
+                              check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     return set(done.stdout.split()) if done.returncode == 0 and done.stdout.strip() else None
@@ -60,10 +61,11 @@ def partitions() -> set[str] | None:
 def unknown_partition(group: str, partition: str | None, known: set[str] | None) -> Row | None:
     """A row naming a partition the cluster lacks as such: Slurm's own answer to a job asking for GPUs there can be
     a gres error that names neither the partition nor the fix."""
-    if not partition or known is None or partition in known:
+    unknown = [p for p in (partition or "").split(",") if p and known is not None and p not in known]
+    if not unknown:
         return None
-    return Row("sbatch --test-only", group, False, f"partition {partition!r} does not exist on this cluster (sinfo "
-               f"lists: {', '.join(sorted(known))})", FIXES[0][1])
+    return Row("sbatch --test-only", group, False, f"partition {', '.join(map(repr, unknown))} does not exist on "
+               f"this cluster (sinfo lists: {', '.join(sorted(known))})", FIXES[0][1])
 
 
 def watcher_flags(profile) -> list[str]:
