@@ -57,7 +57,8 @@ def test_a_user_error_found_in_the_job_runs_once_is_not_resubmitted_and_is_shown
     name, args, sweep_dir = sweep_args
     checked = orchestrate("validate", *args, "--no-bias", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "model smollm2-135m-instruct: not readable on this node" in checked.stdout and "left to the job" in checked.stdout
+    said = " ".join(checked.stdout.split())
+    assert "model smollm2-135m-instruct: not readable on this node" in said and "left to the job" in said, said
 
     launched = orchestrate("sweep", *args, "--poll", "2", cwd=tmp_path)
     assert launched.returncode == 0, launched.stdout + launched.stderr
