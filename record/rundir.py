@@ -12,6 +12,8 @@
         last_metrics.json, logged_step      the last step delivered to the tracker, with its metrics (trainer)
         verdict.json                        the collapse verdict, rewritten every step (trainer)
         requeues.jsonl                      each requeue the job asked Slurm for: by whom, why, at which step (trainer)
+        user_error.json                     a mistake the job found at its start (the user's, not the cluster's):
+                                            its message and fix; the job then exits USER_ERROR_EXIT (orchestrator)
         objective.json                      the KL objective as the trainer understood it (trainer)
         mlflow_run.json                     where its MLflow run and parent live (tracker)
         tracking_artifacts/                 files the tracker wrote to log them as artifacts (tracker)
@@ -245,6 +247,10 @@ class RunDir:
     @property
     def verdict(self) -> Path:
         return self.path / "verdict.json"
+
+    @property
+    def user_error(self) -> Path:
+        return self.path / "user_error.json"
 
     @property
     def requeues(self) -> Path:

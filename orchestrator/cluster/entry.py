@@ -14,6 +14,7 @@ step): what the integration tests and the benchmark submit to exercise the machi
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -22,6 +23,8 @@ import time
 from pathlib import Path
 
 from orchestrator.cluster.environment import record_job_environment
+from orchestrator.cluster.query import SlurmError
+from record.errors import ConfigError, UserError
 from record.rundir import RunDir, atomic_write
 from trainer.run.preempt import install, install_for_evaluation
 from trainer.run.progress import quiet_third_party
@@ -31,6 +34,11 @@ TRAIN_ENTRY = "orchestrator.jobs:train_job"
 # --no-requeue job): never COMPLETED half-trained; the watcher resubmits it like a preemption.
 PREEMPTED_EXIT = 75
 EVAL_ENTRY = "orchestrator.jobs:eval_job"
+# A job that found a mistake of the user's (record/errors.py: a UserError or ConfigError, not a Slurm command's
+# failure) exits with this (EX_CONFIG) after writing <run_dir>/user_error.json: the watcher ends the cell as
+# `user_error` and never resubmits it (orchestrator/watch/watcher.py); running it again would fail the same way.
+USER_ERROR_EXIT = 78
+USER_ERROR_FIX = "fix the cause (the message says how), then relaunch with `orchestrate sweep SWEEP --retry-failed`"
 
 
 def resolve_entry(entry: str):
@@ -50,7 +58,8 @@ def run_train(entry: str, run_dir: str):
     RunDir(run_dir).ensure_config()
     if is_rank0():  # what this launch was given, to compare with a resubmission's (orchestrator/cluster/environment.py)
         record_job_environment(Path(run_dir), "train")
-    return resolve_entry(entry)(Path(run_dir))
+    with user_errors(run_dir, "train"):
+        return resolve_entry(entry)(Path(run_dir))
 
 
 def run_eval(entry: str, run_dir: str):
@@ -63,12 +72,33 @@ def run_eval(entry: str, run_dir: str):
         RunDir(run_dir).ensure_config()
         if is_rank0():
             record_job_environment(Path(run_dir), "eval")
-        result = resolve_entry(entry)(Path(run_dir))
+        with user_errors(run_dir, "eval"):
+            result = resolve_entry(entry)(Path(run_dir))
         if is_rank0():
             write_json(RunDir(run_dir).eval_result, {"result": result, "code": code_dir(), "at": time.time()})
         return result
     finally:
         restore()
+
+
+@contextlib.contextmanager
+def user_errors(run_dir: str, kind: str):
+    """A user's mistake raised inside the job (a UserError or ConfigError; a Slurm command's failure is the
+    cluster's) ends the job with USER_ERROR_EXIT, its message and fix in <run_dir>/user_error.json (rank 0), where
+    the watcher and `orchestrate status` read it without the job's log. Anything else propagates as before."""
+    try:
+        yield
+    except SlurmError:
+        raise
+    except (UserError, ConfigError) as err:
+        if is_rank0():
+            job = (f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+                   if os.environ.get("SLURM_ARRAY_TASK_ID") else os.environ.get("SLURM_JOB_ID", ""))
+            write_json(RunDir(run_dir).user_error, {"kind": kind, "error": type(err).__name__,
+                                                    "message": str(err), "fix": USER_ERROR_FIX, "job_id": job,
+                                                    "at": time.time()})
+        print(f"user error, not resubmitted: {err}\n{USER_ERROR_FIX}", file=sys.stderr, flush=True)
+        raise SystemExit(USER_ERROR_EXIT) from None
 
 
 def quiet_job_log() -> None:

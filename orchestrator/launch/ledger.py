@@ -25,8 +25,9 @@ A record:
                "reason": "", "start": t, "end": t, "node": "", "max_rss": bytes | null, "req_mem": "",
                "cancelled_by": null,
                "stdout": path, "stderr": path}, ...],
-     "final": null | {"status": "completed" | "gave_up" | "cancelled" | "collapsed" | "out_of_memory",
-                      "reason": "...", "at": t},
+     "final": null | {"status": "completed" | "gave_up" | "cancelled" | "collapsed" | "out_of_memory" |
+                                "user_error", "reason": "...", "at": t,
+                      "error": {"message": "...", "fix": "..."}},  (error: a user_error's, from its job)
      "identity": 2, "eval_id": "<record/identity/run_key.py eval_id>",  (an eval attempt carries the eval_id it ran)
      "objective": {"fingerprint": "<12 hex>", "code": "<snapshot>"},  (written when the cell is made final)
      "decisions": [{"at": t, "action": "submit" | "resubmit" | "give_up" | ..., "reason": "..."}, ...]}
@@ -96,8 +97,9 @@ def note(record: dict, action: str, reason: str, now: float) -> None:
     record["decisions"].append({"at": now, "action": action, "reason": reason})
 
 
-def finish(record: dict, status: str, reason: str, now: float) -> None:
-    record["final"] = {"status": status, "reason": reason, "at": now}
+def finish(record: dict, status: str, reason: str, now: float, error: dict | None = None) -> None:
+    """Make the record final; `error`: a user_error's message and fix, as the job wrote them."""
+    record["final"] = {"status": status, "reason": reason, "at": now, **({"error": error} if error else {})}
     note(record, status, reason, now)
 
 
@@ -196,7 +198,7 @@ def settled(records: dict[str, dict]) -> bool:
 
 def cell_status(record: dict) -> str:
     """One word for the status table: planned, submitted, pending, training, trained, evaluating, done,
-    failed, or the final status (gave_up, cancelled, collapsed, out_of_memory)."""
+    failed, or the final status (gave_up, cancelled, collapsed, out_of_memory, user_error)."""
     final = record.get("final")
     if final and final["status"] != "completed":
         return final["status"]

@@ -47,6 +47,27 @@ def test_only(args: list[str], script: str | None = None) -> tuple[bool, str]:
     return done.returncode == 0, words
 
 
+def partitions() -> set[str] | None:
+    """The partitions the cluster has (`sinfo -a -h -o %R`: hidden ones too), or None where sinfo cannot say (then
+    Slurm's verdict alone stands)."""
+    try:
+        done = subprocess.run(["sinfo", "-a", "-h", "-o", "%R"], capture_output=True, text=True, timeout=60,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(done.stdout.split()) if done.returncode == 0 and done.stdout.strip() else None
+
+
+def unknown_partition(group: str, partition: str | None, known: set[str] | None) -> Row | None:
+    """A row naming a partition the cluster lacks as such: Slurm's own answer to a job asking for GPUs there can be
+    a gres error that names neither the partition nor the fix."""
+    unknown = [p for p in (partition or "").split(",") if p and known is not None and p not in known]
+    if not unknown:
+        return None
+    return Row("sbatch --test-only", group, False, f"partition {', '.join(map(repr, unknown))} does not exist on "
+               f"this cluster (sinfo lists: {', '.join(sorted(known))})", FIXES[0][1])
+
+
 def watcher_flags(profile) -> list[str]:
     """The watcher job's parameters as sbatch flags (asked here, and from the watcher's node by its probe)."""
     return [f"--{k.replace('_', '-')}={v}" for k, v in watcher_params(profile).items()]
@@ -54,13 +75,18 @@ def watcher_flags(profile) -> list[str]:
 
 def rows(sweep: Sweep, plan: Plan, python: str | None = None, data_dir: str | None = None) -> list[Row]:
     """One row per array of the plan and one for the watcher (unless the profile runs none)."""
-    out = []
+    out, known = [], partitions()
     for group in plan.groups:
         script = render_sbatch(sweep, plan, group, python, data_dir)
         # the chained evaluation's dependency names a job that does not exist yet: Slurm is asked without it
         script = "\n".join(line for line in script.splitlines() if not line.startswith("#SBATCH --dependency"))
-        ok, words = test_only([], script)
-        out.append(Row("sbatch --test-only", group.name, ok, words, "" if ok else fix_for(words)))
-    ok, words = test_only([*watcher_flags(sweep.profile), "--ntasks=1", "--cpus-per-task=1", "--wrap=true"])
-    out.append(Row("sbatch --test-only", "watcher", ok, words, "" if ok else fix_for(words)))
+        named = next((line.split("=", 1)[1].strip().strip("'\"") for line in script.splitlines()
+                      if line.startswith("#SBATCH --partition=")), None)
+        missing = unknown_partition(group.name, named, known)
+        ok, words = (False, "") if missing else test_only([], script)
+        out.append(missing or Row("sbatch --test-only", group.name, ok, words, "" if ok else fix_for(words)))
+    flags = watcher_flags(sweep.profile)
+    missing = unknown_partition("watcher", watcher_params(sweep.profile).get("partition"), known)
+    ok, words = (False, "") if missing else test_only([*flags, "--ntasks=1", "--cpus-per-task=1", "--wrap=true"])
+    out.append(missing or Row("sbatch --test-only", "watcher", ok, words, "" if ok else fix_for(words)))
     return out

@@ -178,6 +178,8 @@ def cell_row(record: dict, facts: dict) -> dict:
     if final.get("status") not in (None, "completed", "collapsed") or (
             final.get("status") == "collapsed" and not facts.get("verdict_reason")):
         reasons.append(final.get("reason"))
+    if final.get("error"):  # a user_error: the job's message is in the reason; its fix beside it
+        reasons.append(f"fix: {final['error'].get('fix')}")
     if facts.get("verdict") not in (None, "stable"):  # a collapse's own reason says more than "it collapsed"
         reasons.append(facts.get("verdict_reason"))
     if job and job["state"] == "PENDING" and job.get("reason") not in (None, "", "None"):
@@ -194,6 +196,7 @@ def cell_row(record: dict, facts: dict) -> dict:
             "train_attempts": len(attempts(record, "train")), "eval_attempts": len(attempts(record, "eval")),
             "job_id": job["job_id"] if job else None, "job_state": job["state"] if job else None, **facts,
             "reason": "; ".join(r for r in reasons if r) or None,
+            "user_error": final.get("error"),  # {"message", "fix"} of a cell ended as user_error, else None
             # what checkpoint_retention freed once the cell was evaluated (orchestrator/watch/retention.py)
             "checkpoints_freed_bytes": (record.get("retention") or {}).get("freed_bytes")}
 

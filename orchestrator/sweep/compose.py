@@ -5,6 +5,8 @@ syntax parsed, and Hydra's compose API over the sweep file's directory, its `con
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -135,6 +137,7 @@ class Composer:
         quoted = ",".join("'file://" + str(d).replace("\\", "\\\\").replace("'", "\\'") + "'" for d in dirs[1:])
         self.searchpath = f"hydra.searchpath=[{quoted}]"
         self.cache: dict[tuple, dict | str] = {}
+        self.stand_ins: list[str] = []  # group=option in place of a file's unknown choice (`stand_in`)
 
     def __enter__(self) -> Composer:
         self.context = initialize_config_dir(config_dir=str(self.dirs[0]), version_base="1.3")
@@ -146,14 +149,27 @@ class Composer:
 
     def compose(self, overrides: list[str]) -> dict | str:
         """The composed config as plain (unresolved) values, or a one-line problem."""
-        key = tuple(overrides)
+        named = {o.split("=", 1)[0].lstrip("+~") for o in overrides}
+        key = tuple([*(s for s in self.stand_ins if s.split("=", 1)[0] not in named), *overrides])
         if key not in self.cache:
             try:
-                cfg = compose(self.path.stem, overrides=[self.searchpath, *overrides])
+                cfg = compose(self.path.stem, overrides=[self.searchpath, *key])
                 self.cache[key] = OmegaConf.to_container(cfg, resolve=False)
             except Exception as err:  # noqa: BLE001 - Hydra raises many kinds for one user mistake
                 self.cache[key] = _hydra_message(self.path, overrides, err)
         return self.cache[key]
+
+
+    def stand_in(self, problem: str) -> bool:
+        """After the file's own defaults named a config group option that does not exist (`problem`: Hydra's
+        "Could not find 'model/tinyy'; valid: ..."), compose from now on with the closest valid option in its place,
+        so that the file's other problems are found and listed beside this one. False: no such problem."""
+        found = re.search(r"Could not find '([\w.-]+)/([^']+)'; valid: (.+)$", problem)
+        if not found or any(s.startswith(f"{found[1]}=") for s in self.stand_ins):
+            return False
+        options = [o.strip() for o in found[3].split(",")]
+        self.stand_ins.append(f"{found[1]}={(difflib.get_close_matches(found[2], options, 1, 0.0) or options)[0]}")
+        return True
 
 
 def _hydra_message(path: Path, overrides: list[str], err: Exception) -> str:

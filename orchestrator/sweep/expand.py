@@ -92,6 +92,10 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
     dirs = search_dirs(path)
     with Composer(path, dirs) as composer:
         head = composer.compose([])
+        while isinstance(head, str) and composer.stand_in(head):  # a typo in the defaults: one problem among all
+            problems.append(f"{head} (the file's other settings are checked with "
+                            f"{composer.stand_ins[-1]} in its place)")
+            head = composer.compose([])
         if isinstance(head, str):
             raise ConfigError([*problems, head], str(path))
         header = head.get("sweep")

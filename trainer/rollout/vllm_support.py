@@ -66,10 +66,17 @@ def problems(model_dir: str | Path, max_model_len: int | None = None, needed_len
     if not on_gpu() and size is not None and size not in CPU_HEAD_SIZES:
         out.append(f"head size {size} of {model_dir} is not one vLLM's CPU attention runs "
                    f"({', '.join(map(str, CPU_HEAD_SIZES))}); use a model with one of these, or the HF engine")
-    if max_model_len is not None and needed_len is not None and needed_len > max_model_len:
-        out.append(f"max_model_len {max_model_len} cannot hold the prompt plus the generation budget "
-                   f"({needed_len} tokens); raise the model's max_position_embeddings or lower the token budgets")
+    out += [p for p in [length_problem(max_model_len, needed_len)] if p]
     return out
+
+
+def length_problem(max_model_len: int | None, needed_len: int | None) -> str | None:
+    """The model's context (max_position_embeddings) against the prompt plus the generation budget: what vLLM
+    refuses at its start, checked by the job and by `orchestrate validate` (orchestrator/sweep/job_start.py)."""
+    if max_model_len is not None and needed_len is not None and needed_len > max_model_len:
+        return (f"max_model_len {max_model_len} cannot hold the prompt plus the generation budget ({needed_len} "
+                f"tokens); raise the model's max_position_embeddings or lower the token budgets")
+    return None
 
 
 def prepare_environment(in_process: bool = True) -> None:

@@ -12,6 +12,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from record.errors import UserError
 from trainer.config.run import DataConfig
 from trainer.tasks import fraction as fraction_task
 from trainer.tasks import small_sums as small_sums_task
@@ -31,8 +32,9 @@ PROMPT_SUFFIX = {
 FEW_SHOT = {"small_sums": small_sums_task.SHOTS}
 
 
-class DataError(ValueError):
-    """Missing or malformed data; the message says how to prepare it."""
+class DataError(UserError, ValueError):
+    """Missing or malformed data; the message says how to prepare it (the user's to fix: a job that finds it ends
+    as a user error, never resubmitted)."""
 
 
 # File names that `orchestrate data prepare` writes (eval/local_data.py), used when a path is not given.
