@@ -33,6 +33,7 @@ from huggingface_hub.errors import (
 
 from orchestrator.cluster.paths import NAMED_MODELS, hub_snapshot, missing_parts
 from record.identity.weights import write_record
+from trainer.model.source import resolve
 
 # What a job reads of a hub model: its config, tokenizer and generation files, and the weights (safetensors only:
 # the .bin/.pth copies some repositories also carry would double the download).
@@ -58,9 +59,7 @@ def fetch_models(names: list[str], into: Path | None = None, say: Callable[[str]
 def fetch_model(name: str, into: Path | None, say: Callable[[str], None],
                 progress: Progress | None = None) -> Fetched:
     if name in NAMED_MODELS:
-        from trainer.model.source import resolve  # noqa: PLC0415 - torch/transformers: only for the project's own
-
-        path = resolve(name, progress=say)
+        path = resolve(name, progress=say)  # the project's own: built (torch, transformers) on first use
         return Fetched(name, path, "built in the project's cache (set COMEDY_CACHE to a filesystem the nodes read)")
     local = Path(name).expanduser()
     if name.startswith(("/", ".", "~")) or local.exists():

@@ -12,7 +12,7 @@ from record.errors import UserError
 from trainer.config.run import RunConfig
 from trainer.model import distributed, memory
 from trainer.model import source as model_source
-from trainer.tasks.budget import prompt_budget_problems
+from trainer.tasks.budget import measure, prompt_budget_problems
 
 if TYPE_CHECKING:  # annotations only: deepspeed is imported once the accelerator is chosen (build_engine)
     from deepspeed import DeepSpeedEngine
@@ -29,7 +29,8 @@ def check_prompt_budget(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> N
     """UserError when the chat template cannot be used as configured (trainer/tasks/budget.py, the check
     `orchestrate validate` makes with the same tokenizer where the login node can read it)."""
     problems = prompt_budget_problems(cfg.model.name_or_path, cfg.model.chat_template, cfg.data.dataset,
-                                      cfg.rollout.max_prompt_tokens, tokenizer)
+                                      cfg.rollout.max_prompt_tokens,
+                                      measure(tokenizer, cfg.data.dataset, cfg.model.chat_template))
     if problems:
         raise UserError("; ".join(problems))
 

