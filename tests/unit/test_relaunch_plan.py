@@ -99,3 +99,16 @@ def test_baselines_are_arrays_of_the_plan_in_the_dry_run_and_its_totals(tmp_path
     baseline_ledger(sweep_dir).save_all([record])
     todo, again = decide(sweep, {}, {record["run_key"]: record}, array_limit=1000)
     assert todo.baselines == () and todo.baselines_kept == {"evaluated": 1} and not again.baselines
+
+
+def test_a_relaunch_that_only_evaluates_costs_no_training_gpu_hour(tmp_path):
+    """The paper's sweep, trained and evaluated, relaunched with eval.k changed: 102 evaluations alone (1 GPU,
+    4 h each) and the three baselines never evaluated; none of the 19,584 training GPU-hours."""
+    root = [f"sweep.output_root={tmp_path}"]
+    sweep = load_sweep(REPO / "sweeps" / "onpolicy.yaml", root)
+    sweep_dir = materialise(sweep, make_plan(sweep)).sweep_dir
+    finish_all(sweep, sweep_dir)
+    changed = load_sweep(REPO / "sweeps" / "onpolicy.yaml", [*root, "eval.k=8"])
+    todo, plan = decide(changed, L.Ledger(sweep_dir).records(), {}, array_limit=1000)
+    assert (len(todo.train), len(todo.eval), len(todo.baselines)) == (0, 102, 3)
+    assert plan.counts()["gpu_hours_max"] == 102 * 1 * 4 + 3 * 1 * 4 and not plan.train
