@@ -37,9 +37,11 @@ def test_every_task_reads_a_prepared_dataset_and_has_a_grader():
 
 
 def test_the_paper_tasks_and_the_config_agree():
-    from trainer.config.run import EVAL_TASKS
+    """The config's choices are eval/tasks/ itself (a task is added there alone), the paper's five among them."""
+    from trainer.config.run import EVAL_TASKS, PAPER_EVAL_TASKS
 
-    assert set(EVAL_TASKS) <= set(taskfiles.available_tasks())
+    assert list(EVAL_TASKS) == taskfiles.available_tasks() and len(EVAL_TASKS) >= 9
+    assert set(PAPER_EVAL_TASKS) < set(EVAL_TASKS) and "math500" in PAPER_EVAL_TASKS
 
 
 def test_rendering_makes_data_paths_absolute_and_sets_k_and_sampling(tmp_path, monkeypatch):

@@ -55,7 +55,7 @@ def test_every_problem_of_every_component_at_once():
                      "rollout.engine: unknown value 'sglang'; valid: hf, vllm",
                      "rollout.top_p: 0", "optim.lr: -1", "optim.steps: 2.5",
                      "kl.estimator: unknown value 'k4'; valid: k1, k2, k3", "kl.beta: 'a lot' is not a finite number",
-                     "algorithm.group_size: 0", "eval.tasks[1]: unknown value 'gsm8k'; valid: math500",
+                     "algorithm.group_size: 0", "eval.tasks[1]: unknown value 'gsm8k'; valid: countdown, math500",
                      "seed: -1"):
         assert expected in text
     assert len(problems) == 10

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from record.checks import (
     check_bool,
@@ -32,10 +33,12 @@ DTYPES = ("bf16", "fp32", "auto")
 DATASETS = ("math", "countdown", "tiny", "fractions", "small_sums")
 # rollout.engine's choices (trainer/rollout/engine.py builds them); eval.backend takes the same two names (lm-eval's)
 ENGINES = ("hf", "vllm")
-# The five final-evaluation tasks of 4.1, the held-out Countdown set of 4.2, and the tiny model's splits.
-EVAL_TASKS = ("math500", "math_squared", "mmlu_college_physics", "mmlu_college_chemistry",
-              "mmlu_college_biology", "countdown", "tiny", "tiny_ood", "math_test")
-PAPER_EVAL_TASKS = EVAL_TASKS[:5]
+# The evaluation tasks are eval/tasks/*.yaml (lm-eval task configs): adding one is a file there, and no edit here.
+# Read as data, by path: the run config sits below eval/ in the layers and imports nothing from it.
+EVAL_TASKS = tuple(sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "eval" / "tasks").glob("*.yaml")))
+# The five final-evaluation tasks of 4.1 (the held-out Countdown set of 4.2 and the tiny model's splits are others).
+PAPER_EVAL_TASKS = ("math500", "math_squared", "mmlu_college_physics", "mmlu_college_chemistry",
+                    "mmlu_college_biology")
 
 
 @dataclass(frozen=True)
