@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eval.shards import jobs_with_shards
-from orchestrator.cluster.entry import PREEMPTED_EXIT, USER_ERROR_EXIT, USER_ERROR_FIX
+from orchestrator.cluster.entry import PREEMPTED_EXIT
 from orchestrator.cluster.options import load_options
 from orchestrator.cluster.query import SlurmError
 from orchestrator.launch.baseline_ledger import baseline_ledger, baselines_settled
@@ -45,6 +45,7 @@ from orchestrator.launch.ledger import (
 from orchestrator.launch.reconcile import refresh, settle_intents
 from orchestrator.status.outcomes import objective_fields
 from orchestrator.watch.retention import FINAL_EXPORT, keep_final_export
+from orchestrator.watch.user_error import error_of, is_user_error, user_error_of
 from record.rundir import RunDir, read_json
 from trainer.run.collapse import read_verdict
 
@@ -150,8 +151,8 @@ def _after_failure(record: dict, job: dict, verdict: str | None, now: float, max
         return give_up("cancelled", "cancelled by the user (orchestrate cancel); not resubmitted")
     if verdict == "collapsed":
         return give_up("collapsed", "the run collapsed (verdict.json); a collapse is a result, not resubmitted")
-    if state == "FAILED" and job.get("exit_code") == f"{USER_ERROR_EXIT}:0":
-        error = _error_of(user_error, job, key)
+    if is_user_error(job):
+        error = error_of(user_error, job, key)
         return Action(key, "give_up", f"{what}: a mistake to fix, not an infrastructure failure; not resubmitted: "
                       f"{error['message']}", kind=kind, status="user_error", cancel=cancel, error=error)
     if state == "OUT_OF_MEMORY":
@@ -181,14 +182,6 @@ def _after_failure(record: dict, job: dict, verdict: str | None, now: float, max
                   f"{budget}, resuming from its latest checkpoint", kind=kind, cancel=cancel)
 
 
-def _error_of(user_error: dict | None, job: dict, key: str) -> dict:
-    """The job's own message and fix (user_error.json, when it names this job or no job), else where to look."""
-    if user_error and user_error.get("message") and user_error.get("job_id") in (None, "", job.get("job_id")):
-        return {"message": str(user_error["message"]), "fix": str(user_error.get("fix") or USER_ERROR_FIX)}
-    return {"message": f"the job exited {USER_ERROR_EXIT} (a user error) without its user_error.json; see "
-                       f"`orchestrate logs {key}`", "fix": USER_ERROR_FIX}
-
-
 class Watcher:
     """Poll the ledger and Slurm, act on `decide` (`decide_baseline` for the sweep's baselines), record every
     decision; local: also start queued cells."""
@@ -206,7 +199,7 @@ class Watcher:
         refresh(self.ledger, self.backend, records)
         for record in records.values():
             action = decide(record, _verdict(record), time.time(), self.max_retries, self.grace_s,
-                            _progressed(record), _user_error(record))
+                            _progressed(record), user_error_of(record))
             if action is not None:
                 self.act(record, action)
         if self.backend.kind == "local":
@@ -216,7 +209,7 @@ class Watcher:
             settle_intents(self.baselines, self.backend, bases)
             refresh(self.baselines, self.backend, bases)
             for record in bases.values():
-                action = decide_baseline(record, time.time(), self.max_retries, self.grace_s, _user_error(record))
+                action = decide_baseline(record, time.time(), self.max_retries, self.grace_s, user_error_of(record))
                 if action is not None:
                     self.act(record, action, self.baselines)
         return records
@@ -308,14 +301,6 @@ def _progressed(record: dict) -> frozenset:
     if record.get("final") or ev is None or ev["state"] in LIVE or ev["state"] == "COMPLETED":
         return frozenset()
     return frozenset(jobs_with_shards(Path(record["run_dir"])))
-
-
-def _user_error(record: dict) -> dict | None:
-    """<run_dir>/user_error.json, read only where the cell's latest job of a kind exited USER_ERROR_EXIT."""
-    ended = [latest(record, kind) for kind in KINDS]
-    if record.get("final") or not any(j and j.get("exit_code") == f"{USER_ERROR_EXIT}:0" for j in ended):
-        return None
-    return read_json(RunDir(record["run_dir"]).user_error)
 
 
 def _verdict(record: dict) -> str | None:
