@@ -78,12 +78,15 @@ def sbatch_parameters(sweep: Sweep, plan: Plan, group: JobGroup, data_dir: str |
     """Keyword arguments of submitit's renderer (its `slurm_*` executor parameters) for one array (dry run)."""
     options = Options(site=sweep.profile.site.to_dict(), data_dir=data_dir)
     site, extra = options.site_params()
-    params = {**resources_params(sweep.profile, group.resources), "job_name": f"{sweep.name}-{group.name}",
+    name = group.job_name or f"{sweep.name}-{group.name}"
+    params = {**resources_params(sweep.profile, group.resources), "job_name": name,
               "map_count": group.size, "array_parallelism": plan.array_parallelism, **site,
               "setup": options.setup(Path(sweep.spec.output_root).absolute() / sweep.name / "code" / "<content hash>")}
     if group.after:
         # The training array's job id exists only once it is submitted; dry-run shows where it goes.
-        params["dependency"] = f"aftercorr:<job id of {sweep.name}-{group.after}>"
+        after = next((g.job_name for g in plan.groups if g.name == group.after and g.job_name), None)
+        chained = "aftercorr" if group.size > 1 else "afterok"  # as orchestrator/launch/intents.py chains it
+        params["dependency"] = f"{chained}:<job id of {after or f'{sweep.name}-{group.after}'}>"
         params["additional_parameters"] = {**extra, "kill-on-invalid-dep": "yes", "requeue": True}
     else:
         params["additional_parameters"] = {**extra, "requeue": True}

@@ -15,7 +15,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from orchestrator.cluster.profile import SlurmResources
-from orchestrator.launch.ledger import LIVE, latest
+from orchestrator.launch.intents import array_name
+from orchestrator.launch.ledger import LIVE, attempts, latest
 from orchestrator.sweep import claim_rows
 from orchestrator.sweep.expand import Sweep
 from record.display import format_value
@@ -32,6 +33,8 @@ class JobGroup:
     cells: tuple[int, ...]  # indices into sweep.cells; empty for a baseline array
     run_keys: tuple[str, ...]
     after: str | None = None  # the training array this evaluation array follows, task by task
+    job_name: str | None = None  # the name its sbatch gets (orchestrator/launch/intents.py `array_name`): set by
+    # `decide`, which knows each cell's attempt; None in a plan of the grid alone (validate, preflight)
 
     @property
     def size(self) -> int:
@@ -232,7 +235,16 @@ def decide(sweep: Sweep, records: dict[str, dict], baseline_records: dict[str, d
     todo = triage(records, list(eval_ids), retry_failed, eval_ids, rerun)
     keys, kept = triage_baselines(baseline_records, [b.key for b in sweep.baselines], retry_failed)
     todo = replace(todo, baselines=tuple(keys), baselines_kept=kept)
-    return todo, launch_plan(sweep, todo, array_limit)
+    plan = launch_plan(sweep, todo, array_limit)
+    return todo, replace(plan, groups=tuple(_named(sweep.name, g, baseline_records if g.kind == "baseline" else records)
+                                            for g in plan.groups))
+
+
+def _named(sweep: str, group: JobGroup, records: dict[str, dict]) -> JobGroup:
+    """The group with the job name the submission will give it: its cells' next attempt of its kind."""
+    kind = "train" if group.kind == "train" else "eval"
+    numbers = [len(attempts(records[k], kind)) + 1 if k in records else 1 for k in group.run_keys]
+    return replace(group, job_name=array_name(sweep, kind, list(group.run_keys), numbers))
 
 
 def relaunch_lines(todo: Triage, records: int) -> list[str]:

@@ -78,11 +78,15 @@ def test_dry_run_prints_the_plan_and_touches_nothing(tmp_path, monkeypatch, caps
     out = capsys.readouterr().out
     assert snapshot(tmp_path, SWEEPS, REPO / "slurm" / "profiles") == before
     assert not (tmp_path / "runs").exists()
+    from orchestrator.launch.intents import array_name
     from orchestrator.sweep.expand import load_sweep
-    for cell in load_sweep(SWEEPS / "onpolicy.yaml").cells[:20]:  # the table's rows carry the run_keys
+    cells = load_sweep(SWEEPS / "onpolicy.yaml").cells
+    for cell in cells[:20]:  # the table's rows carry the run_keys
         assert cell.run_key in out and cell.name in out
+    train = array_name("onpolicy", "train", [c.run_key for c in cells], [1] * len(cells))  # what sbatch will get
     for text in ("sweep onpolicy: 102 cells", "job arrays on profile a100", "train-0 (102 tasks) --aftercorr--> eval-0",
-                 "#SBATCH --array=0-101%8", "#SBATCH --dependency='aftercorr:<job id of onpolicy-train-0>'",
+                 "#SBATCH --array=0-101%8", f"#SBATCH --job-name={train}",
+                 f"#SBATCH --dependency='aftercorr:<job id of {train}>'",
                  "dry run: nothing written, nothing submitted",
                  f"each objective's bias on the toy model: orchestrate validate {SWEEPS / 'onpolicy.yaml'}"):
         assert text in out, text

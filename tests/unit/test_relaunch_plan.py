@@ -67,6 +67,9 @@ def test_the_dry_run_of_a_finished_sweep_with_another_evaluation_shows_evaluatio
     report = launch(changed, sweep_dir, FakeSlurm({}, calls), Options(executor="slurm"))
     assert [g.name for g in report.plan.groups] == ["eval-alone-0"] and calls == [("sbatch", "eval")]
     assert (report.train, report.eval) == (0, 2)
+    # the job name the dry run's script showed is the one the submission gave (each cell's second evaluation)
+    submitted = {L.latest(r, "eval")["name"] for r in L.Ledger(sweep_dir).records().values()}
+    assert len(submitted) == 1 and f"#SBATCH --job-name={submitted.pop()}" in out
 
 
 def test_why_each_cell_goes_out_or_stays(tmp_path):
