@@ -42,7 +42,7 @@ from orchestrator.launch.ledger import (
     note,
     settled,
 )
-from orchestrator.launch.reconcile import refresh, settle_intents
+from orchestrator.launch.reconcile import observe
 from orchestrator.status.outcomes import objective_fields
 from orchestrator.watch.retention import FINAL_EXPORT, keep_final_export
 from orchestrator.watch.user_error import error_of, is_user_error, user_error_of
@@ -193,10 +193,10 @@ class Watcher:
         self.baselines = baseline_ledger(ledger.sweep_dir)  # the base models' evaluations, followed alike
 
     def poll(self) -> dict[str, dict]:
-        """One poll of the cells, then of the baselines (one sacct each); returns the cells' records."""
-        records = self.ledger.records()
-        settle_intents(self.ledger, self.backend, records)
-        refresh(self.ledger, self.backend, records)
+        """One poll of the cells and the baselines (one sacct for both, orchestrator/launch/reconcile.py `observe`);
+        returns the cells' records."""
+        records, bases = self.ledger.records(), self.baselines.records()
+        observe(self.backend, [(self.ledger, records), (self.baselines, bases)])
         for record in records.values():
             action = decide(record, _verdict(record), time.time(), self.max_retries, self.grace_s,
                             _progressed(record), user_error_of(record))
@@ -204,14 +204,10 @@ class Watcher:
                 self.act(record, action)
         if self.backend.kind == "local":
             self._start_queued(records)
-        bases = self.baselines.records()
-        if bases:
-            settle_intents(self.baselines, self.backend, bases)
-            refresh(self.baselines, self.backend, bases)
-            for record in bases.values():
-                action = decide_baseline(record, time.time(), self.max_retries, self.grace_s, user_error_of(record))
-                if action is not None:
-                    self.act(record, action, self.baselines)
+        for record in bases.values():
+            action = decide_baseline(record, time.time(), self.max_retries, self.grace_s, user_error_of(record))
+            if action is not None:
+                self.act(record, action, self.baselines)
         return records
 
     def settled(self, records: dict[str, dict]) -> bool:
