@@ -65,14 +65,16 @@ def response_logprobs(
     The logits are divided by the sampling temperature so that the log-probs are those of the distribution the
     rollout engine sampled from (at temperature 1.0, the paper's setting, this is the identity).
     """
-    R = batch.response_mask.shape[1]
-    # The token at column c is predicted by the logits at column c - 1, so the responses need the last R + 1
-    # columns' logits only: no vocabulary-wide logits for the prompt (for a 150k vocabulary and long prompts,
-    # most of the logits memory).
+    R, P = batch.response_mask.shape[1], batch.prompt_len
+    # The token at column c is predicted by the logits at column c - 1, so the responses need the logits of
+    # columns P - 1 .. P + R - 2 only: no vocabulary-wide logits for the prompt (for a 150k vocabulary and long
+    # prompts, most of the logits memory). Kept by an index, not a slice: the hidden states it picks are then one
+    # contiguous [B, R, d] block, which the head multiplies as one matrix; a slice of them, with grad on, went
+    # through a batched matmul of the head broadcast per row, twice the time on CPU (docs/trainer.md, "Speed").
+    keep = torch.arange(P - 1, P - 1 + R, device=batch.input_ids.device)
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                position_ids=batch.position_ids, use_cache=False, logits_to_keep=R + 1)
-    logp, entropy = chunked_logprobs(out.logits[:, :R], batch.response_ids, temperature, with_entropy,
-                                     chunk_tokens)
+                position_ids=batch.position_ids, use_cache=False, logits_to_keep=keep)
+    logp, entropy = chunked_logprobs(out.logits, batch.response_ids, temperature, with_entropy, chunk_tokens)
     logp = logp.masked_fill(~batch.response_mask, 0.0)
     if entropy is not None:
         entropy = entropy.masked_fill(~batch.response_mask, 0.0)
