@@ -81,7 +81,7 @@ ci: test
 # the table. About 20 minutes from a fresh clone on an idle 2-core machine (setup included), 30 loaded.
 RELIABILITY_ROWS ?= runs/reliability
 # The metric histories of two fixed-seed runs (tiny, SmolLM2) against tests/fixtures/metric_history.json: run it
-# before and after a change meant only to make the trainer faster (about 3 minutes).
+# before and after a change meant only to make the trainer faster (about 30 s on an idle machine).
 history: export OMP_NUM_THREADS = 1
 history: setup
 	$(BIN)/pytest -m history -v tests/integration/test_metric_history.py
