@@ -227,14 +227,15 @@ def relaunch(sweep: Sweep, sweep_dir: Path, records: dict, executor: str, retry_
              rerun: set[str]) -> tuple[Triage, Plan]:
     """What `launch` would submit now: its `decide` on the two ledgers, with Slurm's states and any interrupted
     orchestrator's intents applied in memory (one sacct; nothing written). A sweep never launched needs no query."""
-    baselines = baseline_ledger(sweep_dir).records()
+    based = baseline_ledger(sweep_dir)
+    baselines = based.records()
     limit = 10**9
     if records or baselines:
         try:
             backend = make_backend(sweep_dir, Options(executor=executor))
         except UserError:  # --executor slurm where no Slurm answers: the submission itself stops on this
             return decide(sweep, records, baselines, max_array_size(), retry_failed, rerun)
-        observe(backend, [(Ledger(sweep_dir), records), (baseline_ledger(sweep_dir), baselines)], write=False)
+        observe(backend, [(Ledger(sweep_dir), records), (based, baselines)], write=False)
         limit = backend.array_limit()
     elif executor == "slurm":
         limit = max_array_size()

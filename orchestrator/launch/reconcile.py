@@ -28,16 +28,8 @@ def refresh(ledger: Ledger, backend, records: dict[str, dict], also=()) -> dict[
     """ONE sacct for every job of the sweep Slurm may still change, and for the jobs `also` names (the watcher
     job); records updated and saved. Only when sacct has long had no record of a live job, one squeue by job name
     settles it (still queued, or VANISHED). Returns sacct's rows."""
-    said: dict[str, list] = {}
-
-    def rows_of(ids: list[str]) -> dict[str, list]:
-        said.update(backend.rows([*ids, *also]))
-        return said
-
-    changed, queries = apply_slurm_states(records, rows_of, backend.queued, time.time())
+    changed, said = _slurm_states(backend, records, also)
     ledger.save_all(changed)
-    if also and not queries:  # no cell for Slurm to change: the one query is the watcher's alone
-        said.update(backend.rows(list(also)))
     return said
 
 
@@ -49,20 +41,27 @@ def observe(backend, books: list[tuple[Ledger, dict[str, dict]]], also=(), write
     for ledger, records in books:
         resolved += settle_intents(ledger if write else _Unsaved(), backend, records)
     merged = {f"{i}/{key}": r for i, (_, records) in enumerate(books) for key, r in records.items()}
+    changed, said = _slurm_states(backend, merged, also)
+    if write:
+        mine = {id(r) for r in changed}
+        for ledger, records in books:
+            ledger.save_all([r for r in records.values() if id(r) in mine])
+    return resolved, said
+
+
+def _slurm_states(backend, records: dict[str, dict], also=()) -> tuple[list, dict[str, list]]:
+    """Slurm's states applied to the records in memory with one sacct (and `also`'s jobs in it): (the records
+    changed, sacct's rows)."""
     said: dict[str, list] = {}
 
     def rows_of(ids: list[str]) -> dict[str, list]:
         said.update(backend.rows([*ids, *also]))
         return said
 
-    changed, queries = apply_slurm_states(merged, rows_of, backend.queued, time.time())
-    if also and not queries:
+    changed, queries = apply_slurm_states(records, rows_of, backend.queued, time.time())
+    if also and not queries:  # no cell for Slurm to change: the one query is the watcher's alone
         said.update(backend.rows(list(also)))
-    if write:
-        mine = {id(r) for r in changed}
-        for ledger, records in books:
-            ledger.save_all([r for r in records.values() if id(r) in mine])
-    return resolved, said
+    return changed, said
 
 
 class _Unsaved:

@@ -24,6 +24,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
+from orchestrator.cluster.paths import hub_snapshot
 from record.errors import UserError
 from record.rundir import atomic_write
 from trainer.config.run import TINY_MODEL
@@ -104,10 +105,7 @@ def _measure(name: str, chat: bool, dataset: str, examples: list[dict]) -> Measu
         return measure(build_tokenizer(), dataset, chat, examples)
     from transformers import AutoTokenizer  # noqa: PLC0415 (seconds: only where the cache lacks the counts)
 
-    directory = local_dir(name)
-    tokenizer = (AutoTokenizer.from_pretrained(str(directory)) if directory is not None
-                 else AutoTokenizer.from_pretrained(name, local_files_only=True))
-    return measure(tokenizer, dataset, chat, examples)
+    return measure(AutoTokenizer.from_pretrained(str(_directory(name))), dataset, chat, examples)
 
 
 def _model_stamp(name: str) -> list | None:
@@ -116,16 +114,20 @@ def _model_stamp(name: str) -> list | None:
     nothing to read."""
     if name == TINY_MODEL:
         return ["tiny"]
-    directory = local_dir(name)
-    if directory is not None:
-        return [(e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in sorted(os.scandir(directory),
-                key=lambda e: e.name) if e.is_file() and not e.name.endswith(WEIGHTS)]
-    if "/" in name and not Path(name).expanduser().exists():
-        from huggingface_hub import try_to_load_from_cache  # noqa: PLC0415 (a look in the cache, no transformers)
+    directory = _directory(name)
+    if directory is None:
+        return None
+    return [(e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in sorted(os.scandir(directory),
+            key=lambda e: e.name) if e.is_file() and not e.name.endswith(WEIGHTS)]
 
-        found = try_to_load_from_cache(name, "tokenizer_config.json")
-        return [str(found), _file_stamp(str(found))] if isinstance(found, str) else None
-    return None
+
+def _directory(name: str) -> Path | None:
+    """Where this node holds the model's files: a local directory (trainer/model/source.py `local_dir`), or a hub
+    id's snapshot in the Hugging Face cache (orchestrator/cluster/paths.py `hub_snapshot`)."""
+    directory = local_dir(name)
+    if directory is None and "/" in name and not Path(name).expanduser().exists():
+        directory = hub_snapshot(name)
+    return directory
 
 
 def _file_stamp(path: str | None) -> list | None:
