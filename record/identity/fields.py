@@ -87,6 +87,7 @@ FIELDS: dict[str, str] = {
     "memory.micro_batch_tokens": MACHINERY,
     "memory.logprob_chunk_tokens": MACHINERY,
     "memory.reference": MACHINERY,
+    "memory.shared_prompt": MACHINERY,  # each group's prompt once in the log-prob passes: the same log-probs
     # Not machinery: skipping the reference drops the train/kl_k* curves and the collapse detector's KL rule from the
     # logged training curve of a beta-0 or placement-none cell.
     "memory.skip_unused_reference": COMPUTES,

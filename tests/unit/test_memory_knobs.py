@@ -14,12 +14,17 @@ from trainer.analysis.model_shapes import SHAPES, tiny_hf_model
 from trainer.config.memory import CHECKPOINTING_MIN_PARAMS_B, MemoryConfig
 from trainer.config.run import RunConfig
 from trainer.model.logprobs import chunked_logprobs, collate, response_logprobs
-from trainer.model.memory import apply_checkpointing, reference_used, wants_reference
+from trainer.model import shared_prompt
+from trainer.model.memory import apply_checkpointing, apply_shared_prompt, reference_used, wants_reference
 
 # Gradient checkpointing recomputes the same fp32 ops on the same inputs: on CPU the gradients agree bitwise (the
 # tolerance is 0); the chunked log-softmax sums logsumexp in another order: 1e-5 relative in fp32.
 CKPT_ATOL = 0.0
 CHUNK_RTOL, CHUNK_ATOL = 1e-5, 1e-6
+# The shared prompt runs the same ops on the same inputs, as matrices of other shapes (the prompt's rows once, each
+# response's attention batched per group): fp32 sums in another order. Measured: log-probs within 2.4e-6, every
+# gradient within 1e-6 of its largest element (an element near zero differs by more than its own size allows).
+SHARED_RTOL, SHARED_ATOL = 1e-5, 1e-6
 
 
 def _full(logits, ids, temperature):
@@ -78,6 +83,60 @@ def test_gradients_with_checkpointing_equal_those_without(name):
         torch.testing.assert_close(recomputed[n], plain[n], rtol=0, atol=CKPT_ATOL, msg=n)
 
 
+def _grouped_batch(group_size: int):
+    """Three prompt groups of unequal prompts (left padding) and responses of unequal lengths, one of them empty
+    (right padding, a response with no token)."""
+    torch.manual_seed(2)
+    prompts = [p for n in (6, 9, 3) for p in [torch.randint(5, 500, (n,)).tolist()] * group_size]
+    lengths = [5, 2, 7, 1, 4, 0, 6, 3, 2, 7, 1, 5][: 3 * group_size]
+    return collate(prompts, [torch.randint(5, 500, (n,)).tolist() for n in lengths], 0)
+
+
+def _logp_and_grads(model, batch):
+    logp, entropy = response_logprobs(model, batch, 1.0, with_entropy=True, chunk_tokens=5)
+    model.zero_grad(set_to_none=True)
+    (-(logp * torch.linspace(-1, 1, logp.numel()).reshape(logp.shape)).sum()).backward()
+    return logp.detach(), entropy, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-0.5b", "llama-3.2-1b"])
+@pytest.mark.parametrize("group_size", [2, 4])
+def test_shared_prompt_log_probs_entropy_and_gradients_equal_those_of_rows(name, group_size):
+    # GQA (fewer key-value heads than query heads) and RoPE positions: a response continues its prompt's positions.
+    model = tiny_hf_model(SHAPES[name], layers=2, vocab=512, seed=0)
+    batch = _grouped_batch(group_size)
+    rows = _logp_and_grads(model, batch)
+    assert not shared_prompt.supports(model)
+    assert apply_shared_prompt(model, _cfg()) and shared_prompt.supports(model)
+    assert shared_prompt.group_runs(batch.input_ids, batch.attention_mask, batch.prompt_len) == group_size
+    packed = _logp_and_grads(model, batch)
+    torch.testing.assert_close(packed[0], rows[0], rtol=SHARED_RTOL, atol=SHARED_ATOL)
+    torch.testing.assert_close(packed[1], rows[1], rtol=SHARED_RTOL, atol=SHARED_ATOL)
+    assert packed[2].keys() == rows[2].keys() and len(rows[2]) > 10
+    for n, want in rows[2].items():
+        assert (packed[2][n] - want).abs().max() <= SHARED_RTOL * want.abs().max() + SHARED_ATOL, n
+    assert (packed[0][~batch.response_mask] == 0).all()
+
+
+def test_shared_prompt_packs_only_runs_of_one_prompt_and_only_sdpa_models():
+    batch = _grouped_batch(2)
+    ids, mask, P = batch.input_ids, batch.attention_mask, batch.prompt_len
+    assert shared_prompt.group_runs(ids, mask, P) == 2
+    assert shared_prompt.group_runs(ids[:5], mask[:5], P) == 0      # runs of 2, 2 and 1: run as rows
+    assert shared_prompt.group_runs(ids[::2], mask[::2], P) == 0    # every prompt distinct (evaluation, G = 1)
+    assert shared_prompt.group_runs(ids[:1], mask[:1], P) == 0
+    packed = shared_prompt.pack(ids, mask, P, 2)
+    R = ids.shape[1] - P
+    assert packed.input_ids.shape == (3, P + 2 * R)
+    # The response tokens are predicted from the prompt's last column, then from their own previous column.
+    assert packed.keep[:2].tolist() == [P - 1, P] and packed.keep[R].item() == P - 1
+    eager = tiny_hf_model(SHAPES["qwen2.5-0.5b"], layers=1, vocab=256, seed=0)
+    eager.set_attn_implementation("eager")
+    assert not apply_shared_prompt(eager, _cfg()) and not shared_prompt.supports(eager)
+    sdpa = tiny_hf_model(SHAPES["qwen2.5-0.5b"], layers=1, vocab=256, seed=0)
+    assert not apply_shared_prompt(sdpa, _cfg(shared_prompt=False)) and not shared_prompt.supports(sdpa)
+
+
 def _cfg(**memory) -> RunConfig:
     return RunConfig.from_dict({"model": {"name_or_path": "tiny"}, "memory": memory})
 
@@ -115,8 +174,8 @@ def test_reference_is_skipped_only_where_the_objective_ignores_it_and_the_sweep_
 def test_bad_memory_settings_are_refused_with_every_problem():
     with pytest.raises(ConfigError) as err:
         MemoryConfig(gradient_checkpointing="yes", micro_batch_tokens=0, logprob_chunk_tokens=-1,
-                     reference="gpu", skip_unused_reference=None)
+                     reference="gpu", skip_unused_reference=None, shared_prompt="on")
     text = str(err.value)
     for key in ("gradient_checkpointing", "micro_batch_tokens", "logprob_chunk_tokens", "reference: unknown value",
-                "skip_unused_reference"):
+                "skip_unused_reference", "shared_prompt"):
         assert f"memory.{key}" in text, key

@@ -9,6 +9,9 @@ tests/unit/test_memory_knobs.py hold each to that), so a sweep may turn them aft
                             (a full copy on each rank), null: zero3 on GPU, replica on CPU ranks
     skip_unused_reference   no reference at all where the objective does not read it (beta 0 or placement none);
                             such a run then logs no train/kl_* and its collapse detector has no KL to judge
+    shared_prompt           the log-prob passes run each prompt group's prompt once, not once per response
+                            (trainer/model/shared_prompt.py): less time and activation memory, the same log-probs
+                            up to float rounding; off runs every response as its own row
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class MemoryConfig:
     logprob_chunk_tokens: int = 256
     reference: str | None = None
     skip_unused_reference: bool = False
+    shared_prompt: bool = True
 
     def __post_init__(self) -> None:
         raise_if(self.problems("memory"), "memory")
@@ -49,6 +53,7 @@ class MemoryConfig:
         if self.reference is not None:
             check_choice(p, f"{path}.reference", self.reference, REFERENCE_PLACES)
         check_bool(p, f"{path}.skip_unused_reference", self.skip_unused_reference)
+        check_bool(p, f"{path}.shared_prompt", self.shared_prompt)
         return p
 
     def checkpointing(self, params_b: float) -> bool:

@@ -56,6 +56,7 @@ def build_engine(cfg: RunConfig, path: str, dist: distributed.DistInfo,
     torch.manual_seed(cfg.seed)
     policy = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     memory.apply_checkpointing(policy, cfg)
+    memory.apply_shared_prompt(policy, cfg)
     # On CPU, the fused AdamW kernel: ZeRO-3 hands the optimizer one flat fp32 partition, which the default
     # implementation walks a dozen times a step (on SmolLM2, 0.4 s of a 1.4 s optimizer step; fused 0.07 s). The
     # same update up to rounding (docs/trainer.md, "Speed"). On GPU, torch's default.

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from trainer.model import shared_prompt
+
 
 @dataclass
 class TokenBatch:
@@ -71,10 +73,17 @@ def response_logprobs(
     # prompts, most of the logits memory). Kept by an index, not a slice: the hidden states it picks are then one
     # contiguous [B, R, d] block, which the head multiplies as one matrix; a slice of them, with grad on, went
     # through a batched matmul of the head broadcast per row, twice the time on CPU (docs/trainer.md, "Speed").
-    keep = torch.arange(P - 1, P - 1 + R, device=batch.input_ids.device)
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                position_ids=batch.position_ids, use_cache=False, logits_to_keep=keep)
-    logp, entropy = chunked_logprobs(out.logits, batch.response_ids, temperature, with_entropy, chunk_tokens)
+    slots = shared_prompt.group_runs(batch.input_ids, batch.attention_mask, P) if shared_prompt.supports(model) else 0
+    if slots:  # whole prompt groups: each group's prompt once (trainer/model/shared_prompt.py)
+        packed = shared_prompt.pack(batch.input_ids, batch.attention_mask, P, slots)
+        out = model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False,
+                    logits_to_keep=packed.keep, shared_prompt=packed.layout)
+    else:
+        keep = torch.arange(P - 1, P - 1 + R, device=batch.input_ids.device)
+        out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                    position_ids=batch.position_ids, use_cache=False, logits_to_keep=keep)
+    logits = out.logits.reshape(batch.input_ids.shape[0], R, -1)
+    logp, entropy = chunked_logprobs(logits, batch.response_ids, temperature, with_entropy, chunk_tokens)
     logp = logp.masked_fill(~batch.response_mask, 0.0)
     if entropy is not None:
         entropy = entropy.masked_fill(~batch.response_mask, 0.0)

@@ -12,7 +12,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from trainer.config.run import RunConfig
-from trainer.model import distributed
+from trainer.model import distributed, shared_prompt
 
 
 def reference_used(cfg: RunConfig) -> bool:
@@ -57,6 +57,11 @@ def zero3_inference_config(*, bf16: bool, memory_efficient_linear: bool) -> dict
     }
 
 
+def apply_shared_prompt(model: torch.nn.Module, cfg: RunConfig) -> bool:
+    """Give the model the shared-prompt attention where `memory.shared_prompt` says and its attention is SDPA."""
+    return cfg.memory.shared_prompt and shared_prompt.enable(model)
+
+
 def build_reference(cfg: RunConfig, path: str, dist: distributed.DistInfo,
                     dtype: torch.dtype) -> torch.nn.Module | None:
     """The frozen reference in the training dtype: a ZeRO-3 inference engine (`memory.reference: zero3`; its
@@ -66,6 +71,7 @@ def build_reference(cfg: RunConfig, path: str, dist: distributed.DistInfo,
     gpu = dist.device.type == "cuda"
     reference = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     reference.requires_grad_(False)
+    apply_shared_prompt(reference, cfg)
     if cfg.memory.reference_place(gpu) == "replica":
         return reference.to(dist.device).eval()
     import deepspeed  # noqa: PLC0415 - after distributed.init chose the accelerator

@@ -1,0 +1,133 @@
+"""One forward pass per prompt group: the group's prompt once, then its G responses, each attending to the prompt and
+to itself only. The log-probs are those of G separate rows; the prompt's layers run once instead of G times.
+
+Why: RLOO samples G responses per prompt, and the log-prob passes (the policy's forward and backward, the
+reference's forward) are where a step spends its time after generation. Run row by row they repeat every prompt
+token G times. On SmolLM2 with the tiny task's prompts (37 tokens under the chat template) and 32-token responses, a
+group of 4 is 276 token positions as rows and 165 packed (docs/trainer.md, "Speed"). The saving shrinks as responses
+outgrow the prompt; it never costs more, because attention is computed exactly as for separate rows: the prompt's
+queries against the prompt, and each response's queries against [prompt keys, its own keys], batched over the G
+responses (a block-diagonal mask over one long row would compute the masked blocks too, (P + GR)^2 against G(P + R)^2
+pairs, and lose at long responses).
+
+The layout travels to the attention as a keyword argument (`shared_prompt=`), which transformers passes from the
+model's forward down to its attention function; the model's attention implementation is set to this module's (it
+runs torch's SDPA, and is SDPA itself when the argument is absent, as in generation). A model whose attention is
+not SDPA is left alone and its groups are run as rows (`supports`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch.nn.functional import scaled_dot_product_attention
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+NAME = "comedy_shared_prompt"
+AttentionInterface.register(NAME, lambda *a, **k: attention(*a, **k))
+AttentionMaskInterface.register(NAME, sdpa_mask)
+
+
+def enable(model) -> bool:
+    """Give `model` (an HF causal LM on SDPA) the shared-prompt attention; False, and nothing changed, otherwise."""
+    if model.config._attn_implementation not in ("sdpa", NAME):
+        return False
+    model.set_attn_implementation(NAME)
+    return True
+
+
+def supports(model) -> bool:
+    """Whether `model` (an HF model, or a DeepSpeed engine around one) runs packed groups."""
+    config = getattr(getattr(model, "module", model), "config", None)
+    return getattr(config, "_attn_implementation", None) == NAME
+
+
+@dataclass(frozen=True)
+class SharedPrompt:
+    """The layout of packed rows: a prompt of P columns (left-padded), then `slots` responses of R columns each."""
+
+    prompt_len: int                 # P
+    slots: int                      # S: responses per row (the group size)
+    response_len: int               # R
+    prompt_mask: torch.Tensor       # [n, 1, P, P] bool: which prompt keys each prompt query sees
+    response_mask: torch.Tensor     # [n * S, 1, R, P + R] bool: which [prompt, own response] keys a response query sees
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A batch of B = n * S rows as n packed rows: the model's inputs, and the columns whose hidden states predict
+    the response tokens, S * R of them, in row order (reshaped to [B, R] after the head)."""
+
+    input_ids: torch.Tensor     # [n, P + S * R]
+    position_ids: torch.Tensor  # [n, P + S * R]: a response's positions continue its prompt's, as in its own row
+    layout: SharedPrompt
+    keep: torch.Tensor          # [S * R]
+
+
+def group_runs(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int) -> int:
+    """S when the rows are consecutive runs of S >= 2 rows with one prompt each (a micro-batch of whole groups),
+    else 0 (rows with distinct prompts, or runs of unequal length: run as rows)."""
+    B, P = input_ids.shape[0], prompt_len
+    if B < 2:
+        return 0
+    same = ((input_ids[1:, :P] == input_ids[:-1, :P]) & (attention_mask[1:, :P] == attention_mask[:-1, :P])).all(-1)
+    starts = [0] + [i + 1 for i in torch.nonzero(~same).flatten().tolist()]
+    lengths = {b - a for a, b in zip(starts, starts[1:] + [B])}
+    S = lengths.pop() if len(lengths) == 1 else 0
+    return S if S >= 2 else 0
+
+
+def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, slots: int) -> Packed:
+    """Rows [B, P + R] (left-padded prompts, right-padded responses), in runs of `slots` rows sharing a prompt, as
+    B / slots packed rows."""
+    B, L = input_ids.shape
+    P, S, R, device = prompt_len, slots, L - prompt_len, input_ids.device
+    n = B // S
+    prompt, prompt_real = input_ids[::S, :P], attention_mask[::S, :P].bool()            # [n, P]
+    response_real = attention_mask[:, P:].bool().reshape(n, S, R)
+    ids = torch.cat([prompt, input_ids[:, P:].reshape(n, S * R)], dim=1)
+    prompt_pos = (prompt_real.long().cumsum(-1) - 1).clamp(min=0)
+    response_pos = prompt_real.sum(-1)[:, None, None] + torch.arange(R, device=device)    # [n, 1, R] -> [n, S, R]
+    positions = torch.cat([prompt_pos, response_pos.expand(n, S, R).reshape(n, S * R)], dim=1)
+    # A query always sees itself, so a padding query (never read) has one key and no row of SDPA is empty (NaN).
+    eye_p, eye_r = torch.eye(P, dtype=torch.bool, device=device), torch.eye(R, dtype=torch.bool, device=device)
+    causal_p = torch.ones(P, P, dtype=torch.bool, device=device).tril()
+    causal_r = torch.ones(R, R, dtype=torch.bool, device=device).tril()
+    prompt_mask = (causal_p & prompt_real[:, None, :]) | eye_p                               # [n, P, P]
+    own = (causal_r & response_real.reshape(B, 1, R)) | eye_r                                # [B, R, R]
+    sees_prompt = prompt_real.repeat_interleave(S, dim=0)[:, None, :].expand(B, R, P)        # [B, R, P]
+    layout = SharedPrompt(P, S, R, prompt_mask[:, None], torch.cat([sees_prompt, own], dim=-1)[:, None])
+    # Response token t of slot j is predicted at its previous column: the prompt's last (t = 0), else its own t - 1.
+    cols = P + torch.arange(S, device=device)[:, None] * R + torch.arange(R, device=device) - 1
+    cols[:, 0] = P - 1
+    return Packed(ids, positions, layout, cols.reshape(S * R))
+
+
+def attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
+              shared_prompt: SharedPrompt | None = None, **kwargs):
+    """transformers' attention interface: SDPA over packed rows when `shared_prompt` is given, else plain SDPA.
+    query [n, H, P + S R, d], key and value [n, H_kv, P + S R, d]; returns [n, P + S R, H, d]."""
+    if shared_prompt is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    P, S, R = shared_prompt.prompt_len, shared_prompt.slots, shared_prompt.response_len
+    n, H, _, d = query.shape
+    key, value = repeat_kv(key, H // key.shape[1]), repeat_kv(value, H // value.shape[1])
+    out_prompt = scaled_dot_product_attention(query[:, :, :P], key[:, :, :P], value[:, :, :P],
+                                              attn_mask=shared_prompt.prompt_mask, dropout_p=dropout, scale=scaling)
+
+    def per_response(x: torch.Tensor) -> torch.Tensor:  # [n, H, S R, d] -> [n S, H, R, d]
+        return x.reshape(n, H, S, R, d).transpose(1, 2).reshape(n * S, H, R, d)
+
+    def with_prompt(x: torch.Tensor) -> torch.Tensor:   # [prompt's keys, the response's own] per response
+        prompt = x[:, :, :P].unsqueeze(1).expand(n, S, H, P, d).reshape(n * S, H, P, d)
+        return torch.cat([prompt, per_response(x[:, :, P:])], dim=2)
+
+    out_responses = scaled_dot_product_attention(per_response(query[:, :, P:]), with_prompt(key), with_prompt(value),
+                                                 attn_mask=shared_prompt.response_mask, dropout_p=dropout,
+                                                 scale=scaling)
+    out_responses = out_responses.reshape(n, S, H, R, d).transpose(1, 2).reshape(n, H, S * R, d)
+    return torch.cat([out_prompt, out_responses], dim=2).transpose(1, 2).contiguous(), None
