@@ -69,6 +69,7 @@ def build_engine(cfg: RunConfig, path: str, dist: distributed.DistInfo,
                                       micro_batches=micro_batches, memory_efficient_linear=gpu)
     if not gpu:
         distributed.hook_whole_layers(policy)
-    engine, _, _, _ = deepspeed.initialize(model=policy, optimizer=optim, lr_scheduler=sched, config=ds)
+    with distributed.serial_helper_threads(gpu):
+        engine, _, _, _ = deepspeed.initialize(model=policy, optimizer=optim, lr_scheduler=sched, config=ds)
     # After the policy: a ZeRO-3 reference joins the process group the policy's engine set up.
     return engine, memory.build_reference(cfg, path, dist, dtype), tokenizer

@@ -8,6 +8,7 @@ aborts ("terminate called without an active exception").
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -145,6 +146,25 @@ def deepspeed_config(*, bf16: bool, grad_clip: float | None, micro_batches: int,
         "wall_clock_breakdown": False,
         "steps_per_print": 10**9,
     }
+
+
+@contextlib.contextmanager
+def serial_helper_threads(gpu: bool):
+    """Around deepspeed.initialize on CPU: torch's intra-op threads set to one while it runs, so that the gloo
+    threads it starts (collectives run there) take one thread each for their copies, for good.
+
+    Why: a thread's first parallel op sizes its OpenMP team from torch's thread count then. A gloo thread that
+    starts a team of two makes GNU OpenMP count more threads than cores, and from then on every team in the process
+    sleeps at a barrier instead of spinning: on 2 cores, 35,000 sleeps in three SmolLM2 rollouts that had ~100,
+    and generation 4.4 s instead of 3.8 s, the log-prob passes slower too (docs/trainer.md, "Speed"). One thread per
+    gloo copy costs nothing: their tensors are the size of a collective on one CPU rank's node. On GPU a no-op."""
+    threads = torch.get_num_threads()
+    if not gpu:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def hook_whole_layers(model) -> None:

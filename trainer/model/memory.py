@@ -79,6 +79,7 @@ def build_reference(cfg: RunConfig, path: str, dist: distributed.DistInfo,
     if not gpu:
         distributed.hook_whole_layers(reference)
     config = zero3_inference_config(bf16=dtype == torch.bfloat16, memory_efficient_linear=gpu)
-    engine, *_ = deepspeed.initialize(model=reference, config=config)
+    with distributed.serial_helper_threads(gpu):
+        engine, *_ = deepspeed.initialize(model=reference, config=config)
     engine.module.eval()
     return engine
