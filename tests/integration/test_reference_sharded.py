@@ -50,8 +50,9 @@ def test_sharded_reference_logprobs_equal_the_replicas_on_two_ranks(tmp_path):
 
 def test_memory_knobs_train_the_same_weights(tmp_path):
     """One run with every memory knob turned (checkpointing on, one prompt group per micro-batch by token budget,
-    5-position log-prob chunks, the reference under ZeRO-3) against the defaults: the same losses and weights up to
-    fp32 summation order (micro-batches add the minibatch's gradient in another order)."""
+    5-position log-prob chunks, the reference under ZeRO-3, every response its own row instead of the shared prompt)
+    against the defaults: the same losses and weights up to fp32 summation order (micro-batches add the minibatch's
+    gradient in another order; a packed group multiplies matrices of other shapes)."""
     import torch
 
     from tests.support.trainer_run import CONFIGS, final_weights, history, run
@@ -62,7 +63,7 @@ def test_memory_knobs_train_the_same_weights(tmp_path):
     (tmp_path / "b").mkdir()
     _, plain_dir, _, plain = run(tmp_path / "a", "plain", kl)
     knobs = {"gradient_checkpointing": True, "micro_batch_tokens": 4 * 76, "logprob_chunk_tokens": 5,
-             "reference": "zero3"}
+             "reference": "zero3", "shared_prompt": False}
     _, knob_dir, _, turned = run(tmp_path / "b", "knobs", kl, memory=knobs)
     a, b = history(tmp_path / "a", plain), history(tmp_path / "b", turned)
     # train/loss too: the step logs each minibatch's loss (the sum of its micro-batches' shares), not a mean of

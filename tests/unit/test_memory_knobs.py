@@ -135,6 +135,13 @@ def test_shared_prompt_packs_only_runs_of_one_prompt_and_only_sdpa_models():
     assert not apply_shared_prompt(eager, _cfg()) and not shared_prompt.supports(eager)
     sdpa = tiny_hf_model(SHAPES["qwen2.5-0.5b"], layers=1, vocab=256, seed=0)
     assert not apply_shared_prompt(sdpa, _cfg(shared_prompt=False)) and not shared_prompt.supports(sdpa)
+    # A sliding window is not what the shared-prompt attention computes: such a model keeps SDPA, its groups rows.
+    from transformers import MistralConfig, MistralForCausalLM
+
+    windowed = MistralForCausalLM(MistralConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                                                num_attention_heads=2, num_key_value_heads=1, vocab_size=128,
+                                                sliding_window=16))
+    assert not apply_shared_prompt(windowed, _cfg()) and windowed.config._attn_implementation == "sdpa"
 
 
 def _cfg(**memory) -> RunConfig:

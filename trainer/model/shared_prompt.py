@@ -32,11 +32,19 @@ AttentionMaskInterface.register(NAME, sdpa_mask)
 
 
 def enable(model) -> bool:
-    """Give `model` (an HF causal LM on SDPA) the shared-prompt attention; False, and nothing changed, otherwise."""
-    if model.config._attn_implementation not in ("sdpa", NAME):
+    """Give `model` (an HF causal LM on SDPA, every layer full causal attention) the shared-prompt attention; False,
+    and nothing changed, otherwise: a sliding window or a logit soft-cap is not what `attention` computes."""
+    config = model.config
+    if config._attn_implementation not in ("sdpa", NAME) or _not_plain_causal(config):
         return False
     model.set_attn_implementation(NAME)
     return True
+
+
+def _not_plain_causal(config) -> bool:
+    layer_types = getattr(config, "layer_types", None) or ()
+    return bool(getattr(config, "sliding_window", None) is not None or getattr(config, "use_sliding_window", False)
+                or getattr(config, "attn_logit_softcapping", None) or any(t != "full_attention" for t in layer_types))
 
 
 def supports(model) -> bool:
@@ -113,6 +121,9 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
     if shared_prompt is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
+    if kwargs.get("sliding_window") is not None or kwargs.get("softcap") is not None:  # `enable` keeps these out
+        raise NotImplementedError("shared-prompt attention computes full causal attention only; "
+                                  "set memory.shared_prompt=false for this model")
     P, S, R = shared_prompt.prompt_len, shared_prompt.slots, shared_prompt.response_len
     n, H, _, d = query.shape
     key, value = repeat_kv(key, H // key.shape[1]), repeat_kv(value, H // value.shape[1])
