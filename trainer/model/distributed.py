@@ -155,9 +155,9 @@ def serial_helper_threads(gpu: bool):
 
     Why: a thread's first parallel op sizes its OpenMP team from torch's thread count then. A gloo thread that
     starts a team of two makes GNU OpenMP count more threads than cores, and from then on every team in the process
-    sleeps at a barrier instead of spinning: on 2 cores, 35,000 sleeps in three SmolLM2 rollouts that had ~100,
-    and generation 4.4 s instead of 3.8 s, the log-prob passes slower too (docs/trainer.md, "Speed"). One thread per
-    gloo copy costs nothing: their tensors are the size of a collective on one CPU rank's node. On GPU a no-op."""
+    sleeps at a barrier instead of spinning: on 2 cores, 97,000 sleeps in three SmolLM2 rollouts that had ~200, and
+    generation 4.4 s instead of 3.8 s (docs/trainer.md, "Speed"). Gloo's own copies then run on one core each; the
+    step measured faster as a whole. On GPU a no-op."""
     threads = torch.get_num_threads()
     if not gpu:
         torch.set_num_threads(1)
