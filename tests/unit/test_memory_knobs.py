@@ -13,8 +13,8 @@ from record.errors import ConfigError
 from trainer.analysis.model_shapes import SHAPES, tiny_hf_model
 from trainer.config.memory import CHECKPOINTING_MIN_PARAMS_B, MemoryConfig
 from trainer.config.run import RunConfig
-from trainer.model.logprobs import chunked_logprobs, collate, response_logprobs
 from trainer.model import shared_prompt
+from trainer.model.logprobs import chunked_logprobs, collate, response_logprobs
 from trainer.model.memory import apply_checkpointing, apply_shared_prompt, reference_used, wants_reference
 
 # Gradient checkpointing recomputes the same fp32 ops on the same inputs: on CPU the gradients agree bitwise (the
