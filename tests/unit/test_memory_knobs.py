@@ -118,6 +118,20 @@ def test_shared_prompt_log_probs_entropy_and_gradients_equal_those_of_rows(name,
     assert (packed[0][~batch.response_mask] == 0).all()
 
 
+def test_shared_prompt_under_gradient_checkpointing_gives_the_gradients_of_rows():
+    # From 1B parameters both are on: the layout reaches the attention through the checkpointed layer's recompute.
+    model = tiny_hf_model(SHAPES["qwen2.5-0.5b"], layers=2, vocab=512, seed=0)
+    batch = _grouped_batch(4)
+    rows = _logp_and_grads(model, batch)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    assert apply_shared_prompt(model, _cfg())
+    packed = _logp_and_grads(model, batch)
+    torch.testing.assert_close(packed[0], rows[0], rtol=SHARED_RTOL, atol=SHARED_ATOL)
+    for n, want in rows[2].items():
+        assert (packed[2][n] - want).abs().max() <= SHARED_RTOL * want.abs().max() + SHARED_ATOL, n
+
+
 def test_shared_prompt_packs_only_runs_of_one_prompt_and_only_sdpa_models():
     batch = _grouped_batch(2)
     ids, mask, P = batch.input_ids, batch.attention_mask, batch.prompt_len
