@@ -33,6 +33,7 @@ import argparse
 import json
 import statistics
 import subprocess
+import tempfile
 import time
 
 import trainer_contestants as contestants  # bench/, beside this file
@@ -60,16 +61,19 @@ def child(name: str, args) -> list[dict] | None:
 
 
 def run_child(args) -> None:
-    """In a contestant's process: run it, print its steps as one RESULT line."""
-    try:
-        model_dir = contestants.fixed_length_model(contestants.model_source(args.model), args.max_new)
-        if args.only == "ours":
-            steps = contestants.ours(args, model_dir)
-        else:
-            steps = contestants.trl(args, model_dir, zero3=args.only == "trl-zero3")
-        print("RESULT " + json.dumps({"steps": steps}))
-    except ImportError as err:
-        print("RESULT " + json.dumps({"missing": str(err)}))
+    """In a contestant's process: run it, print its steps as one RESULT line. Everything it writes (a SmolLM2 run's
+    checkpoint is 2 GB) goes into one scratch directory, removed when the child ends."""
+    with tempfile.TemporaryDirectory(prefix="bench-trainer-") as scratch:
+        tempfile.tempdir = scratch  # the contestants' mkdtemp calls land here
+        try:
+            model_dir = contestants.fixed_length_model(contestants.model_source(args.model), args.max_new)
+            if args.only == "ours":
+                steps = contestants.ours(args, model_dir)
+            else:
+                steps = contestants.trl(args, model_dir, zero3=args.only == "trl-zero3")
+            print("RESULT " + json.dumps({"steps": steps}))
+        except ImportError as err:
+            print("RESULT " + json.dumps({"missing": str(err)}))
 
 
 def spread(values: list[float]) -> str:
