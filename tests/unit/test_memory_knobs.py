@@ -14,7 +14,7 @@ from trainer.analysis.model_shapes import SHAPES, tiny_hf_model
 from trainer.config.memory import CHECKPOINTING_MIN_PARAMS_B, MemoryConfig
 from trainer.config.run import RunConfig
 from trainer.model import shared_prompt
-from trainer.model.logprobs import chunked_logprobs, collate, response_logprobs
+from trainer.model.logprobs import TokenBatch, chunked_logprobs, collate, response_logprobs
 from trainer.model.memory import apply_checkpointing, apply_shared_prompt, reference_used, wants_reference
 
 # Gradient checkpointing recomputes the same fp32 ops on the same inputs: on CPU the gradients agree bitwise (the
@@ -108,7 +108,7 @@ def test_shared_prompt_log_probs_entropy_and_gradients_equal_those_of_rows(name,
     rows = _logp_and_grads(model, batch)
     assert not shared_prompt.supports(model)
     assert apply_shared_prompt(model, _cfg()) and shared_prompt.supports(model)
-    assert shared_prompt.group_runs(batch.input_ids, batch.attention_mask, batch.prompt_len) == group_size
+    assert shared_prompt.group_runs(batch) == group_size
     packed = _logp_and_grads(model, batch)
     torch.testing.assert_close(packed[0], rows[0], rtol=SHARED_RTOL, atol=SHARED_ATOL)
     torch.testing.assert_close(packed[1], rows[1], rtol=SHARED_RTOL, atol=SHARED_ATOL)
@@ -134,13 +134,18 @@ def test_shared_prompt_under_gradient_checkpointing_gives_the_gradients_of_rows(
 
 def test_shared_prompt_packs_only_runs_of_one_prompt_and_only_sdpa_models():
     batch = _grouped_batch(2)
-    ids, mask, P = batch.input_ids, batch.attention_mask, batch.prompt_len
-    assert shared_prompt.group_runs(ids, mask, P) == 2
-    assert shared_prompt.group_runs(ids[:5], mask[:5], P) == 0      # runs of 2, 2 and 1: run as rows
-    assert shared_prompt.group_runs(ids[::2], mask[::2], P) == 0    # every prompt distinct (evaluation, G = 1)
-    assert shared_prompt.group_runs(ids[:1], mask[:1], P) == 0
-    packed = shared_prompt.pack(ids, mask, P, 2)
-    R = ids.shape[1] - P
+    P = batch.prompt_len
+
+    def rows(index) -> TokenBatch:
+        return TokenBatch(batch.input_ids[index], batch.attention_mask[index], P, batch.response_mask[index],
+                          batch.response_ids[index])
+
+    assert shared_prompt.group_runs(batch) == 2
+    assert shared_prompt.group_runs(rows(slice(0, 5))) == 0      # runs of 2, 2 and 1: run as rows
+    assert shared_prompt.group_runs(rows(slice(0, None, 2))) == 0  # every prompt distinct (evaluation, G = 1)
+    assert shared_prompt.group_runs(rows(slice(0, 1))) == 0
+    packed = shared_prompt.pack(batch, 2)
+    R = batch.input_ids.shape[1] - P
     assert packed.input_ids.shape == (3, P + 2 * R)
     # The response tokens are predicted from the prompt's last column, then from their own previous column.
     assert packed.keep[:2].tolist() == [P - 1, P] and packed.keep[R].item() == P - 1

@@ -73,9 +73,9 @@ def response_logprobs(
     # prompts, most of the logits memory). Kept by an index, not a slice: the hidden states it picks are then one
     # contiguous [B, R, d] block, which the head multiplies as one matrix; a slice of them, with grad on, went
     # through a batched matmul of the head broadcast per row, twice the time on CPU (docs/trainer.md, "Speed").
-    slots = shared_prompt.group_runs(batch.input_ids, batch.attention_mask, P) if shared_prompt.supports(model) else 0
+    slots = shared_prompt.group_runs(batch) if shared_prompt.supports(model) else 0
     if slots:  # whole prompt groups: each group's prompt once (trainer/model/shared_prompt.py)
-        packed = shared_prompt.pack(batch.input_ids, batch.attention_mask, P, slots)
+        packed = shared_prompt.pack(batch, slots)
         out = model(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False,
                     logits_to_keep=packed.keep, shared_prompt=packed.layout)
     else:

@@ -75,31 +75,32 @@ class Packed:
     keep: torch.Tensor          # [S * R]
 
 
-def group_runs(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int) -> int:
-    """S when the rows are consecutive runs of S >= 2 rows with one prompt each (a micro-batch of whole groups),
-    else 0 (rows with distinct prompts, or runs of unequal length: run as rows)."""
-    B, P = input_ids.shape[0], prompt_len
+def group_runs(batch) -> int:
+    """S when the rows of `batch` (trainer/model/logprobs.py's TokenBatch) are consecutive runs of S >= 2 rows with
+    one prompt each (a micro-batch of whole groups), else 0 (distinct prompts, or runs of unequal length: rows)."""
+    B, P = batch.input_ids.shape[0], batch.prompt_len
     if B < 2:
         return 0
-    same = ((input_ids[1:, :P] == input_ids[:-1, :P]) & (attention_mask[1:, :P] == attention_mask[:-1, :P])).all(-1)
+    ids, mask = batch.input_ids[:, :P], batch.attention_mask[:, :P]
+    same = ((ids[1:] == ids[:-1]) & (mask[1:] == mask[:-1])).all(-1)
     starts = [0] + [i + 1 for i in torch.nonzero(~same).flatten().tolist()]
     lengths = {b - a for a, b in zip(starts, starts[1:] + [B])}
     S = lengths.pop() if len(lengths) == 1 else 0
     return S if S >= 2 else 0
 
 
-def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int, slots: int) -> Packed:
-    """Rows [B, P + R] (left-padded prompts, right-padded responses), in runs of `slots` rows sharing a prompt, as
-    B / slots packed rows."""
-    B, L = input_ids.shape
-    P, S, R, device = prompt_len, slots, L - prompt_len, input_ids.device
+def pack(batch, slots: int) -> Packed:
+    """The rows of `batch` (a TokenBatch: left-padded prompts, right-padded responses), in runs of `slots` rows
+    sharing a prompt, as B / slots packed rows. Positions are the rows' own, so a response's continue its prompt's."""
+    B, L = batch.input_ids.shape
+    P, S, R, device = batch.prompt_len, slots, L - batch.prompt_len, batch.input_ids.device
     n = B // S
-    prompt, prompt_real = input_ids[::S, :P], attention_mask[::S, :P].bool()            # [n, P]
-    response_real = attention_mask[:, P:].bool().reshape(n, S, R)
-    ids = torch.cat([prompt, input_ids[:, P:].reshape(n, S * R)], dim=1)
-    prompt_pos = (prompt_real.long().cumsum(-1) - 1).clamp(min=0)
-    response_pos = prompt_real.sum(-1)[:, None, None] + torch.arange(R, device=device)    # [n, 1, R] -> [n, S, R]
-    positions = torch.cat([prompt_pos, response_pos.expand(n, S, R).reshape(n, S * R)], dim=1)
+
+    def packed(x: torch.Tensor) -> torch.Tensor:  # [B, P + R] -> [n, P + S R]: the prompt once, then its S responses
+        return torch.cat([x[::S, :P], x[:, P:].reshape(n, S * R)], dim=1)
+
+    prompt_real = batch.attention_mask[::S, :P].bool()                                      # [n, P]
+    response_real = batch.attention_mask[:, P:].bool().reshape(n, S, R)
     # A query always sees itself, so a padding query (never read) has one key and no row of SDPA is empty (NaN).
     eye_p, eye_r = torch.eye(P, dtype=torch.bool, device=device), torch.eye(R, dtype=torch.bool, device=device)
     causal_p = torch.ones(P, P, dtype=torch.bool, device=device).tril()
@@ -111,7 +112,7 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
     # Response token t of slot j is predicted at its previous column: the prompt's last (t = 0), else its own t - 1.
     cols = P + torch.arange(S, device=device)[:, None] * R + torch.arange(R, device=device) - 1
     cols[:, 0] = P - 1
-    return Packed(ids, positions, layout, cols.reshape(S * R))
+    return Packed(packed(batch.input_ids), packed(batch.position_ids), layout, cols.reshape(S * R))
 
 
 def attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None,
