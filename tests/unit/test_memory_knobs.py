@@ -163,6 +163,34 @@ def test_shared_prompt_packs_only_runs_of_one_prompt_and_only_sdpa_models():
     assert not apply_shared_prompt(windowed, _cfg()) and windowed.config._attn_implementation == "sdpa"
 
 
+def test_padded_decoding_passes_grouped_heads_to_sdpa_and_samples_what_transformers_sdpa_samples(monkeypatch):
+    # Generation and row passes go through the same attention without a layout: under a padding mask, on CPU, the
+    # key/value heads reach SDPA as they are (grouped), not copied to every query head; the output is bitwise SDPA's.
+    model = tiny_hf_model(SHAPES["qwen2.5-0.5b"], layers=2, vocab=512, seed=0).eval()
+    ids = torch.tensor([[0, 0, 7, 8, 9], [3, 4, 5, 6, 7]])
+    mask = (ids != 0).long()
+
+    def sample():
+        torch.manual_seed(3)
+        with torch.no_grad():
+            return model.generate(input_ids=ids, attention_mask=mask, do_sample=True, max_new_tokens=12, top_k=0,
+                                  min_new_tokens=12, pad_token_id=0)
+
+    expected = sample()
+    seen, sdpa = [], shared_prompt.scaled_dot_product_attention
+
+    def spy(query, key, value, **kwargs):
+        seen.append((query.shape[1], key.shape[1], kwargs.get("enable_gqa")))
+        return sdpa(query, key, value, **kwargs)
+
+    monkeypatch.setattr(shared_prompt, "scaled_dot_product_attention", spy)
+    assert apply_shared_prompt(model, _cfg())
+    assert torch.equal(sample(), expected)
+    config = model.config
+    grouped = (config.num_attention_heads, config.num_key_value_heads, True)
+    assert grouped[0] > grouped[1] and len(seen) == 2 * 12 and set(seen) == {grouped}
+
+
 def _cfg(**memory) -> RunConfig:
     return RunConfig.from_dict({"model": {"name_or_path": "tiny"}, "memory": memory})
 

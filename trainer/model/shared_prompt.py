@@ -12,8 +12,10 @@ pairs, and lose at long responses).
 
 The layout travels to the attention as a keyword argument (`shared_prompt=`), which transformers passes from the
 model's forward down to its attention function; the model's attention implementation is set to this module's (it
-runs torch's SDPA, and is SDPA itself when the argument is absent, as in generation). A model whose attention is
-not SDPA is left alone and its groups are run as rows (`supports`).
+runs torch's SDPA, and is transformers' SDPA attention when the argument is absent, as in generation, but for one
+thing: on CPU, grouped key/value heads go to SDPA as they are under a padding mask, instead of being copied to every
+query head per layer and token, `_grouped_heads_with_mask`). A model whose attention is not SDPA is left alone and
+its groups are run as rows (`supports`).
 """
 
 from __future__ import annotations
@@ -119,27 +121,44 @@ def attention(module, query, key, value, attention_mask, dropout: float = 0.0, s
               shared_prompt: SharedPrompt | None = None, **kwargs):
     """transformers' attention interface: SDPA over packed rows when `shared_prompt` is given, else plain SDPA.
     query [n, H, P + S R, d], key and value [n, H_kv, P + S R, d]; returns [n, P + S R, H, d]."""
+    grouped = _grouped_heads_with_mask(query, key)
     if shared_prompt is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+        if not (grouped and attention_mask is not None and kwargs.get("position_bias") is None
+                and kwargs.get("cache") is None):
+            return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                          **kwargs)
+        out = scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
+                                           scale=scaling, enable_gqa=True)
+        return out.transpose(1, 2).contiguous(), None
     if kwargs.get("sliding_window") is not None or kwargs.get("softcap") is not None:  # `enable` keeps these out
         raise NotImplementedError("shared-prompt attention computes full causal attention only; "
                                   "set memory.shared_prompt=false for this model")
     P, S, R = shared_prompt.prompt_len, shared_prompt.slots, shared_prompt.response_len
     n, H, _, d = query.shape
-    key, value = repeat_kv(key, H // key.shape[1]), repeat_kv(value, H // value.shape[1])
+    if not grouped:
+        key, value = repeat_kv(key, H // key.shape[1]), repeat_kv(value, H // value.shape[1])
+    sdpa = {"dropout_p": dropout, "scale": scaling, "enable_gqa": grouped}
     out_prompt = scaled_dot_product_attention(query[:, :, :P], key[:, :, :P], value[:, :, :P],
-                                              attn_mask=shared_prompt.prompt_mask, dropout_p=dropout, scale=scaling)
+                                              attn_mask=shared_prompt.prompt_mask, **sdpa)
 
-    def per_response(x: torch.Tensor) -> torch.Tensor:  # [n, H, S R, d] -> [n S, H, R, d]
-        return x.reshape(n, H, S, R, d).transpose(1, 2).reshape(n * S, H, R, d)
+    def per_response(x: torch.Tensor) -> torch.Tensor:  # [n, h, S R, d] -> [n S, h, R, d]
+        h = x.shape[1]
+        return x.reshape(n, h, S, R, d).transpose(1, 2).reshape(n * S, h, R, d)
 
     def with_prompt(x: torch.Tensor) -> torch.Tensor:   # [prompt's keys, the response's own] per response
-        prompt = x[:, :, :P].unsqueeze(1).expand(n, S, H, P, d).reshape(n * S, H, P, d)
+        h = x.shape[1]
+        prompt = x[:, :, :P].unsqueeze(1).expand(n, S, h, P, d).reshape(n * S, h, P, d)
         return torch.cat([prompt, per_response(x[:, :, P:])], dim=2)
 
     out_responses = scaled_dot_product_attention(per_response(query[:, :, P:]), with_prompt(key), with_prompt(value),
-                                                 attn_mask=shared_prompt.response_mask, dropout_p=dropout,
-                                                 scale=scaling)
+                                                 attn_mask=shared_prompt.response_mask, **sdpa)
     out_responses = out_responses.reshape(n, S, H, R, d).transpose(1, 2).reshape(n, H, S * R, d)
     return torch.cat([out_prompt, out_responses], dim=2).transpose(1, 2).contiguous(), None
+
+
+def _grouped_heads_with_mask(query: torch.Tensor, key: torch.Tensor) -> bool:
+    """Whether SDPA is given the key/value heads as they are (grouped-query attention) with a mask, instead of
+    each repeated to the query heads first. On CPU, torch's flash kernel takes them with a mask: the same output
+    bitwise, without copying K and V per layer (at decoding, the whole KV cache, every token). transformers repeats
+    them whenever there is a mask, which on CUDA keeps SDPA off its math kernel: there we do as it does."""
+    return query.device.type == "cpu" and key.shape[1] != query.shape[1]
