@@ -45,8 +45,9 @@ DEFAULTS = {"smollm2": {"steps": 4, "prompts": 4, "max_new": 32},
             "tiny": {"steps": 16, "prompts": 8, "max_new": 16}}
 
 
-def child(name: str, args) -> list[dict] | None:
-    """The timed steps of one contestant, measured in a fresh process; None when TRL is not installed."""
+def child(name: str, args) -> dict | None:
+    """The timed steps of one contestant and the work it did (`contestants.recorded_work`), measured in a fresh
+    process; None when TRL is not installed."""
     cmd = [sys.executable, __file__, "--only", name, "--model", args.model, "--steps", str(args.steps),
            "--prompts", str(args.prompts), "--group", str(args.group), "--max-new", str(args.max_new)]
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -57,23 +58,35 @@ def child(name: str, args) -> list[dict] | None:
     if result.get("missing"):
         print(f"TRL is not installed ({result['missing']}); run `pip install -e '.[bench]'` for the comparison")
         return None
-    return result["steps"]
+    return result
 
 
 def run_child(args) -> None:
-    """In a contestant's process: run it, print its steps as one RESULT line. Everything it writes (a SmolLM2 run's
-    checkpoint is 2 GB) goes into one scratch directory, removed when the child ends."""
+    """In a contestant's process: run it, print its steps and work as one RESULT line. Everything it writes (a
+    SmolLM2 run's checkpoint is 2 GB) goes into one scratch directory, removed when the child ends."""
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as scratch:
         tempfile.tempdir = scratch  # the contestants' mkdtemp calls land here
         try:
             model_dir = contestants.fixed_length_model(contestants.model_source(args.model), args.max_new)
-            if args.only == "ours":
-                steps = contestants.ours(args, model_dir)
-            else:
-                steps = contestants.trl(args, model_dir, zero3=args.only == "trl-zero3")
-            print("RESULT " + json.dumps({"steps": steps}))
+            work: list[dict] = []
+            with contestants.recorded_work(work):
+                if args.only == "ours":
+                    steps = contestants.ours(args, model_dir)
+                else:
+                    steps = contestants.trl(args, model_dir, zero3=args.only == "trl-zero3")
+            print("RESULT " + json.dumps({"steps": steps, "work": work}))
         except ImportError as err:
             print("RESULT " + json.dumps({"missing": str(err)}))
+
+
+def same_work(results: dict[str, dict]) -> None:
+    """Stop unless every contestant generated from the same prompts, step for step, the same number of tokens: a
+    comparison of different work (another prompt's length is other padding) would measure the work."""
+    (first, want), *rest = ((name, r["work"]) for name, r in results.items())
+    for name, work in rest:
+        if work != want:
+            raise SystemExit(f"{name} did not do {first}'s work: prompts or generated lengths differ "
+                             f"({len(work)} against {len(want)} generate calls); the comparison would not hold")
 
 
 def spread(values: list[float]) -> str:
@@ -110,8 +123,9 @@ def main() -> None:
     ap.add_argument("--prompts", type=int)
     ap.add_argument("--group", type=int, default=4)
     ap.add_argument("--max-new", type=int)
-    ap.add_argument("--profile", help="with --only ours: torch.profiler's table of the last step, into this file")
-    ap.add_argument("--only", choices=tuple(NAMES), help=argparse.SUPPRESS)  # a child's role
+    ap.add_argument("--profile", help="with --only NAME: torch.profiler's table of that contestant's last step, into "
+                                      "this file")
+    ap.add_argument("--only", choices=tuple(NAMES), help="run one contestant in this process, print its steps")
     args = ap.parse_args()
     for key, value in DEFAULTS[args.model].items():
         if getattr(args, key) is None:
@@ -123,15 +137,16 @@ def main() -> None:
           f"(1 warm-up), {args.rounds} rounds", flush=True)
     order, rounds, missing, start = list(NAMES), [], set(), time.perf_counter()
     for r in range(args.rounds):
-        got = {}
+        got, results = {}, {}
         for name in order[r % 3:] + order[: r % 3]:  # rotated, so no contestant always runs first
-            steps = None if name in missing else child(name, args)
-            if steps is None:
+            result = None if name in missing else child(name, args)
+            if result is None:
                 missing.add(name)
                 continue
-            got[name] = steps
-            print(f"[round {r + 1}] {name}: median step {statistics.median(s['step'] for s in steps):.3f} s",
+            results[name], got[name] = result, result["steps"]
+            print(f"[round {r + 1}] {name}: median step {statistics.median(s['step'] for s in got[name]):.3f} s",
                   flush=True)
+        same_work(results)
         rounds.append(got)
     report(rounds, args)
     print(f"bench time {time.perf_counter() - start:.0f} s; ratios within a round are what compare: a shared "

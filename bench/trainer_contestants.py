@@ -48,13 +48,57 @@ def fixed_length_model(source: str, max_new: int) -> str:
     return str(out)
 
 
-def prompts(tokenizer, count: int) -> list[dict]:
-    """The tiny task's train problems as the exact text our trainer conditions on (its chat template included)."""
-    from trainer.tasks.data import prompt_text
-    from trainer.tasks.tiny import make_split
+def ours_config(args, model_dir: str, scratch: Path):
+    """Our trainer's run of the bench's work."""
+    from trainer.config.run import RunConfig
 
-    return [{"prompt": prompt_text(tokenizer, ex, "tiny", True), "answer": ex["answer"]}
-            for ex in make_split("train", count)]
+    return RunConfig.from_dict({
+        "model": {"name_or_path": model_dir, "dtype": "fp32"},
+        "data": {"dataset": "tiny", "val_every": 0},
+        "rollout": {"engine": "hf", "max_response_tokens": args.max_new, "max_prompt_tokens": 128},
+        "optim": {"lr": 1e-4, "steps": args.steps, "batch_prompts": args.prompts, "minibatch_prompts": args.prompts},
+        "algorithm": {"group_size": args.group},
+        "checkpoint": {"every": 10**6, "keep_last": 1},
+        "kl": {"estimator": "k1", "placement": "reward", "beta": 0.1},
+        "tracking": {"tracking_uri": f"sqlite:///{scratch / 'mlflow.db'}", "experiment": "bench"},
+    })
+
+
+def prompts(args, tokenizer) -> list[dict]:
+    """The problems our trainer draws, step after step, as the exact text it conditions on (its chat template
+    included). TRL takes them in this order (no shuffle), so every step of every contestant runs the same prompts:
+    the same lengths, so the same padding (a padded batch decodes under a mask, an unpadded one without: not the
+    same work)."""
+    from trainer.tasks.data import PromptOrder, load_examples, prompt_text
+
+    cfg = ours_config(args, "unused", Path("unused"))
+    examples = load_examples(cfg.data, "train")
+    order = PromptOrder(len(examples), cfg.seed)
+    return [{"prompt": prompt_text(tokenizer, examples[i], "tiny", True), "answer": examples[i]["answer"]}
+            for step in range(args.steps) for i in order.indices(step, args.prompts)]
+
+
+@contextlib.contextmanager
+def recorded_work(work: list):
+    """Appends, for each HF `generate` call in the block (every contestant samples through it), the prompts it
+    was given (each row's tokens, padding dropped) and the length of what it returned: the bench's proof that the
+    contestants did the same work."""
+    from transformers.generation.utils import GenerationMixin
+
+    generate = GenerationMixin.generate
+
+    def recording(self, *args, **kwargs):
+        out = generate(self, *args, **kwargs)
+        ids, mask = kwargs["input_ids"], kwargs["attention_mask"].bool()
+        work.append({"prompts": [row[m].tolist() for row, m in zip(ids, mask)],
+                     "new_tokens": out.shape[1] - ids.shape[1]})
+        return out
+
+    GenerationMixin.generate = recording
+    try:
+        yield
+    finally:
+        GenerationMixin.generate = generate
 
 
 class _Parts:
@@ -84,21 +128,26 @@ class _Parts:
 
 
 @contextlib.contextmanager
-def profiled(path: str | None):
-    """torch.profiler over the block, its busiest ops (self CPU time) and the bench's part labels written to
-    `path`; nothing when `path` is None."""
+def profiled(path: str | None, shapes: bool = True):
+    """torch.profiler over the block, its busiest ops (self CPU time; per input shape where `shapes`) and the
+    bench's part labels written to `path`; nothing when `path` is None."""
     if path is None:
         yield
         return
     import torch
 
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=shapes) as prof:
         yield
-    table = prof.key_averages(group_by_input_shape=True)
+    table = prof.key_averages(group_by_input_shape=shapes)
     Path(path).write_text(table.table(sort_by="self_cpu_time_total", row_limit=60, max_name_column_width=70,
                                       max_shapes_column_width=60)
                           + prof.key_averages().table(sort_by="cpu_time_total", row_limit=60,
                                                       max_name_column_width=70))
+
+
+# Recording every op's input shapes over a whole step of long responses outgrew 23 GB (a SmolLM2 step of 8 x 256
+# tokens); beyond this length the profile is per op only.
+PROFILE_SHAPES_MAX_NEW = 64
 
 
 def _with_other(parts: dict[str, float], step: float) -> dict[str, float]:
@@ -112,7 +161,6 @@ def ours(args, model_dir: str) -> list[dict[str, float]]:
     from record.identity.run_key import run_key
     from record.metric_keys import PERF_STEP_TIME_S, PERF_WEIGHT_SYNC_S
     from trainer import train as loop
-    from trainer.config.run import RunConfig
     from trainer.rollout.sampler import BatchSampler
 
     parts, steps = _Parts(), []
@@ -125,23 +173,15 @@ def ours(args, model_dir: str) -> list[dict[str, float]]:
 
     def step(*a, **k):
         parts.take()
-        with profiled(args.profile if len(steps) == args.steps - 1 else None):  # the last step
+        with profiled(args.profile if len(steps) == args.steps - 1 else None,  # the last step
+                      shapes=args.max_new <= PROFILE_SHAPES_MAX_NEW):
             metrics, stop, preempted = one_step(*a, **k)
         steps.append(_with_other({**parts.take(), "sync": metrics[PERF_WEIGHT_SYNC_S]}, metrics[PERF_STEP_TIME_S]))
         return metrics, stop, preempted
 
     loop._step = step
     tmp = Path(tempfile.mkdtemp(prefix="bench-ours-"))
-    cfg = RunConfig.from_dict({
-        "model": {"name_or_path": model_dir, "dtype": "fp32"},
-        "data": {"dataset": "tiny", "val_every": 0},
-        "rollout": {"engine": "hf", "max_response_tokens": args.max_new, "max_prompt_tokens": 128},
-        "optim": {"lr": 1e-4, "steps": args.steps, "batch_prompts": args.prompts, "minibatch_prompts": args.prompts},
-        "algorithm": {"group_size": args.group},
-        "checkpoint": {"every": 10**6, "keep_last": 1},
-        "kl": {"estimator": "k1", "placement": "reward", "beta": 0.1},
-        "tracking": {"tracking_uri": f"sqlite:///{tmp / 'mlflow.db'}", "experiment": "bench"},
-    })
+    cfg = ours_config(args, model_dir, tmp)
     loop.train(cfg, loop.RunContext(run_dir=tmp / "run", run_key=run_key(cfg), micro_groups=args.prompts))
     return steps[1:]
 
@@ -163,7 +203,15 @@ def trl(args, model_dir: str, zero3: bool) -> list[dict[str, float]]:
     # TRL times its own phases (generate, each log-prob pass, _prepare_inputs) under "<class>.<phase>": keep them
     # instead of logging them.
     profiling.ProfilingContext._log_metrics = lambda self, s: records.append((self.name.split(".", 1)[-1], s))
-    GRPOTrainer.training_step = parts.timed("training_step", GRPOTrainer.training_step)
+    calls, training_step = [], parts.timed("training_step", GRPOTrainer.training_step)
+
+    def step(*a, **k):  # TRL generates inside training_step: profile the last step's, as `ours` does
+        calls.append(None)
+        last = args.profile if len(calls) == args.steps else None
+        with profiled(last, shapes=args.max_new <= PROFILE_SHAPES_MAX_NEW):
+            return training_step(*a, **k)
+
+    GRPOTrainer.training_step = step
     if zero3:  # accelerate steps DeepSpeed's optimizer inside its backward
         from deepspeed import DeepSpeedEngine
 
@@ -200,7 +248,7 @@ def trl(args, model_dir: str, zero3: bool) -> list[dict[str, float]]:
 
     timer = Timer()
     tok = AutoTokenizer.from_pretrained(model_dir)
-    rows = prompts(tok, args.prompts * (args.steps + 1))
+    rows = prompts(args, tok)
 
     def reward(completions, answer, **_):
         return [tiny_reward(c, a) for c, a in zip(completions, answer)]
@@ -209,7 +257,7 @@ def trl(args, model_dir: str, zero3: bool) -> list[dict[str, float]]:
         output_dir=tempfile.mkdtemp(prefix="bench-trl-"), per_device_train_batch_size=args.prompts * args.group,
         num_generations=args.group, max_completion_length=args.max_new, max_steps=args.steps, learning_rate=1e-4,
         beta=0.1, temperature=1.0, top_p=1.0, top_k=0, use_cpu=True, report_to=[], logging_steps=10**6,
-        save_strategy="no", bf16=False, seed=0, deepspeed=TRL_ZERO3 if zero3 else None,
+        save_strategy="no", bf16=False, seed=0, deepspeed=TRL_ZERO3 if zero3 else None, shuffle_dataset=False,
         # Like ours at this size (trainer/config/memory.py: checkpointing from 1B parameters); TRL's default is on.
         gradient_checkpointing=False,
         generation_kwargs={"min_new_tokens": args.max_new},
