@@ -128,13 +128,15 @@ class _Parts:
 
 
 @contextlib.contextmanager
-def profiled(path: str | None, shapes: bool = True):
-    """torch.profiler over the block, its busiest ops (self CPU time; per input shape where `shapes`) and the
-    bench's part labels written to `path`; nothing when `path` is None."""
+def profiled(path: str | None, max_new: int):
+    """torch.profiler over the block, its busiest ops (self CPU time; per input shape up to PROFILE_SHAPES_MAX_NEW
+    response tokens) and the bench's part labels written to `path`; nothing when `path` is None."""
     if path is None:
         yield
         return
     import torch
+
+    shapes = max_new <= PROFILE_SHAPES_MAX_NEW
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=shapes) as prof:
         yield
@@ -173,8 +175,7 @@ def ours(args, model_dir: str) -> list[dict[str, float]]:
 
     def step(*a, **k):
         parts.take()
-        with profiled(args.profile if len(steps) == args.steps - 1 else None,  # the last step
-                      shapes=args.max_new <= PROFILE_SHAPES_MAX_NEW):
+        with profiled(args.profile if len(steps) == args.steps - 1 else None, args.max_new):  # the last step
             metrics, stop, preempted = one_step(*a, **k)
         steps.append(_with_other({**parts.take(), "sync": metrics[PERF_WEIGHT_SYNC_S]}, metrics[PERF_STEP_TIME_S]))
         return metrics, stop, preempted
@@ -207,8 +208,7 @@ def trl(args, model_dir: str, zero3: bool) -> list[dict[str, float]]:
 
     def step(*a, **k):  # TRL generates inside training_step: profile the last step's, as `ours` does
         calls.append(None)
-        last = args.profile if len(calls) == args.steps else None
-        with profiled(last, shapes=args.max_new <= PROFILE_SHAPES_MAX_NEW):
+        with profiled(args.profile if len(calls) == args.steps else None, args.max_new):
             return training_step(*a, **k)
 
     GRPOTrainer.training_step = step
