@@ -1,4 +1,4 @@
-"""Benchmark: how often each candidate interval of orchestrator/report/intervals.py covers a known true value.
+"""Benchmark: how often each candidate interval of orchestrator/claims/intervals.py covers a known true value.
 
     python bench/claims_coverage.py [--sims 1000] [--boot 2000] [--seeds 3,5,10] [--scipy-checks 200]
 
@@ -43,8 +43,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 from scipy import stats as scipy_stats
 
-from orchestrator.report import claim_stats
-from orchestrator.report.intervals import METHODS, intervals
+from orchestrator.claims import stats as claim_stats
+from orchestrator.claims.intervals import METHODS, intervals
 
 
 class Scenario(NamedTuple):

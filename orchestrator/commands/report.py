@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 from orchestrator.arguments import add_sweep_dir_argument
+from orchestrator.claims import intervals
+from orchestrator.claims import table as claims_table
+from orchestrator.claims import verdicts as claims
 from orchestrator.launch.ledger import Ledger
-from orchestrator.report import asynchronous, bias, claim_inputs, claims, claims_table, intervals, late, missing, paper
+from orchestrator.report import asynchronous, bias, claim_inputs, late, missing, paper
 from orchestrator.report import baselines as base_models
 from orchestrator.status.baselines import baseline_rows, current_baselines
 from orchestrator.status.cells import cell_rows, current_records, run_config

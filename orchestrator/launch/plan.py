@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
+from orchestrator.claims import rows as claim_rows
 from orchestrator.cluster.profile import SlurmResources
 from orchestrator.launch.intents import array_name
 from orchestrator.launch.ledger import LIVE, attempts, latest
-from orchestrator.sweep import claim_rows
 from orchestrator.sweep.expand import Sweep
 from record.display import format_value
 from record.identity.run_key import eval_id

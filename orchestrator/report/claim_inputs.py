@@ -1,6 +1,6 @@
-"""What the claims are computed from, read for orchestrator/report/claims.py: the sweep's claims, each cell as the
-claims see it, and each cell's per-problem scores from its evaluation's per-sample files (eval/outcome.py
-`problem_scores`, the reader beside their writer).
+"""What the claims are computed from, read here for orchestrator/claims/ (which reads no run directory itself):
+the sweep's claims, each cell as the claims see it, and each cell's per-problem scores from its evaluation's
+per-sample files (eval/outcome.py `problem_scores`, the reader beside their writer).
 
 The claims come from the sweep file when the report is given one (validated with it), else from the manifest of
 the launched sweep (orchestrator/launch/materialise.py keeps them there), and from any claims file given with
@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from eval.outcome import problem_scores
+from orchestrator.claims import parse as claim_spec
+from orchestrator.claims.parse import Claim
+from orchestrator.claims.verdicts import Cell, ScoresOf
 from orchestrator.report import paper
-from orchestrator.report.claims import Cell, ScoresOf
-from orchestrator.sweep import claims as claim_spec
-from orchestrator.sweep.claims import Claim
 from record.errors import UserError
 from record.rundir import RunDir
 from record.tracking.run_names import read_manifest

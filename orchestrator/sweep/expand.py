@@ -23,12 +23,12 @@ from hydra.core.override_parser.types import Override
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from orchestrator.claims import parse as claims_spec
+from orchestrator.claims import rows as claim_rows
+from orchestrator.claims.parse import Claim
 from orchestrator.cluster.profile import SlurmProfile, SlurmResources, load_profile, resource_problems
 from orchestrator.cluster.vllm_share import with_profile_fraction
-from orchestrator.sweep import claim_rows
-from orchestrator.sweep import claims as claims_spec
 from orchestrator.sweep.baselines import Baseline, expand_baselines
-from orchestrator.sweep.claims import Claim
 from orchestrator.sweep.compose import Composer, parse_overrides, read_yaml, search_dirs
 from orchestrator.sweep.config_tree import (
     NotPlain,
@@ -71,7 +71,7 @@ class Sweep:
     cells: tuple[Cell, ...]
     duplicates: int  # cells dropped because an earlier cell had the same run_key
     baselines: tuple[Baseline, ...] = ()  # base models evaluated once (orchestrator/sweep/baselines.py)
-    claims: tuple[Claim, ...] = ()  # what the sweep is run to test (orchestrator/sweep/claims.py)
+    claims: tuple[Claim, ...] = ()  # what the sweep is run to test (orchestrator/claims/parse.py)
     claim_groups: tuple[tuple[str, tuple[str, ...]], ...] = ()  # the task groups the claims may name
     claim_warnings: tuple[str, ...] = ()  # claims the grid as overridden on the command line does not fit
 
@@ -136,7 +136,7 @@ def load_sweep(path: str | Path, overrides: Sequence[str] = ()) -> Sweep:
 
 def check_claims(entries, base_dir: Path, cells: Sequence[Cell], problems: list[str], unfit: list[str]):
     """The sweep's claims, each checked against its cells: the axes and values it names, one configuration a side,
-    paired seeds, and the tasks the compared cells are evaluated on (orchestrator/sweep/claim_rows.py). A claim
+    paired seeds, and the tasks the compared cells are evaluated on (orchestrator/claims/rows.py). A claim
     that cannot be read goes to `problems`; one that does not fit the cells to `unfit`."""
     claims, groups = claims_spec.resolve(list(entries), base_dir, problems)
     if not cells:

@@ -1,6 +1,6 @@
-"""Claims as data (orchestrator/sweep/claims.py, claim_rows.py) and their rows as the report computes them
-(orchestrator/report/claims.py): parsing, every problem at once, which cells a row compares, and the statistics,
-intervals and verdicts on per-problem scores whose answers are computed here by hand."""
+"""Claims as data (orchestrator/claims/parse.py, rows.py) and their rows as the report computes them
+(orchestrator/claims/verdicts.py, run_measures.py, table.py): parsing, every problem at once, which cells a row
+compares, and the statistics, intervals and verdicts on per-problem scores whose answers are computed here by hand."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from orchestrator.report import claims as report_claims
-from orchestrator.report import claims_table, run_measures
-from orchestrator.report.claims import Cell
-from orchestrator.sweep import claim_rows
-from orchestrator.sweep import claims as spec
+from orchestrator.claims import parse as spec
+from orchestrator.claims import rows as claim_rows
+from orchestrator.claims import run_measures
+from orchestrator.claims import table as claims_table
+from orchestrator.claims import verdicts as report_claims
+from orchestrator.claims.verdicts import Cell
 from orchestrator.sweep.expand import load_sweep
 from record.errors import ConfigError
 
@@ -228,6 +229,36 @@ def test_collapse_rate_and_instability_from_verdicts_and_histories():
     assert i.verdict == "holds" and i.statistic == "drop (val/pass_at_1): m-k1-loss-b0.3 - m-none-b0"
     assert run_measures.measure("drop", [(0, 0.1), (1, 0.5), (2, 0.3), (3, 0.45)]) == pytest.approx(0.2)
     assert run_measures.measure("peak_kl", [(0, 0.1), (1, 0.5)]) == 0.5
+
+
+# Clopper-Pearson 95% intervals from the binomial tables (and, at the edges, their closed forms: 0 of n has upper
+# end 1 - 0.025^(1/n), n of n lower end 0.025^(1/n), 1 of n lower end 1 - 0.975^(1/n)).
+@pytest.mark.parametrize(("hits", "n", "low", "high"), [
+    (0, 3, 0.0, 0.7076), (1, 3, 0.0084, 0.9057), (2, 3, 0.0943, 0.9916), (3, 3, 0.2924, 1.0),
+    (0, 5, 0.0, 0.5218), (5, 10, 0.1871, 0.8129), (1, 10, 0.0025, 0.4450), (0, 10, 0.0, 0.3085)])
+def test_the_collapse_rate_interval_is_clopper_pearsons_from_the_tables(hits, n, low, high):
+    estimate, got_low, got_high = run_measures.rate(hits, n, 0.95)
+    assert estimate == hits / n and (got_low, got_high) == pytest.approx((low, high), abs=5e-5)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 10, 30])
+def test_the_collapse_rate_ends_are_where_the_exact_binomial_tail_is_alpha_over_two(n):
+    """Clopper-Pearson's definition, summed here by hand: P(X >= hits | low) = P(X <= hits | high) = alpha / 2."""
+    def at_least(k, p):
+        return sum(math.comb(n, j) * p ** j * (1 - p) ** (n - j) for j in range(k, n + 1))
+
+    for hits in range(n + 1):
+        _, low, high = run_measures.rate(hits, n, 0.9)
+        assert low == 0.0 if hits == 0 else at_least(hits, low) == pytest.approx(0.05, abs=1e-12)
+        assert high == 1.0 if hits == n else 1 - at_least(hits + 1, high) == pytest.approx(0.05, abs=1e-12)
+
+
+def test_the_instability_interval_is_a_t_interval_with_the_tables_quantile():
+    """Three seeds: t(2) at 97.5% is 4.303 (the t table), so mean 0.3667 +- 4.303 x 0.05774 / sqrt(3)."""
+    estimate, low, high = run_measures.paired_t([0.3, 0.4, 0.4], [0.0, 0.0, 0.0], 0.95)
+    assert estimate == pytest.approx(0.36667, abs=1e-5)
+    assert (low, high) == pytest.approx((0.36667 - 0.14343, 0.36667 + 0.14343), abs=2e-5)
+    assert math.isnan(run_measures.paired_t([0.3], [0.1], 0.95)[1])  # one seed: no interval
 
 
 def test_the_table_shows_each_claims_words_once_and_the_method_with_its_coverage():

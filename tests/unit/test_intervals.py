@@ -1,7 +1,7 @@
-"""Claim intervals (orchestrator/report/intervals.py, claim_stats.py, paired_data.py, student_t.py): they land on a
-known effect, pairing narrows them, the one-level bootstrap and the t intervals agree with scipy, verdicts read the
-interval's side, one seed says so, bad input is listed at once, and a seed fixes the result. Their coverage is
-bench/claims_coverage.py's (too slow for a unit test)."""
+"""Claim intervals (orchestrator/claims/intervals.py, stats.py, paired_data.py): they land on a known effect, pairing
+narrows them, the one-level bootstrap and the t intervals agree with scipy, the t quantiles are the table's,
+verdicts read the interval's side, one seed says so, bad input is listed at once, and a seed fixes the result. Their
+coverage is bench/claims_coverage.py's (too slow for a unit test)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from orchestrator.report import claim_stats, student_t
-from orchestrator.report.intervals import METHODS, Interval, interval, intervals, verdict
+from orchestrator.claims import stats as claim_stats
+from orchestrator.claims.intervals import METHODS, Interval, interval, intervals, verdict
 
 DIFF = claim_stats.difference("math", 0, 1)
 
@@ -74,10 +74,28 @@ def test_t_intervals_are_the_paired_t_interval_when_problems_do_not_vary():
         assert iv.low == pytest.approx(expected.low, rel=1e-9) and iv.high == pytest.approx(expected.high, rel=1e-9)
 
 
-@pytest.mark.parametrize("df", [1, 2, 2.6, 4, 29, 1e6])
-def test_t_quantile_is_scipys(df):
-    for p in (0.9, 0.975, 0.995, 0.05):
-        assert student_t.quantile(p, df) == pytest.approx(scipy_stats.t.ppf(p, df), rel=1e-8)
+# t quantiles at 97.5% from the t table (df -> t), and the normal's 1.960 for df = inf (Satterthwaite's df with no
+# seed variance and no problem variance left).
+T_TABLE = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 9: 2.262, 29: 2.045, float("inf"): 1.960}
+
+
+@pytest.mark.parametrize(("n_seeds", "q"), [(s + 1, q) for s, q in T_TABLE.items() if s < 30])
+def test_the_t_seeds_interval_takes_the_tables_quantile(n_seeds, q):
+    """Problems alike within a seed: the t-seeds interval is the mean difference +- t(S - 1) x sd / sqrt(S)."""
+    per_seed = np.stack([np.linspace(0.5, 0.6, n_seeds), np.full(n_seeds, 0.45)])
+    x = np.repeat(per_seed[:, :, None], 20, axis=2)
+    iv = interval({"math": x}, DIFF, method="t-seeds")
+    d = per_seed[0] - per_seed[1]
+    assert iv.estimate == pytest.approx(d.mean())
+    assert (iv.high - iv.low) / 2 == pytest.approx(q * d.std(ddof=1) / np.sqrt(n_seeds), rel=3e-4)  # 3 decimals
+
+
+def test_the_t_interval_with_infinite_df_is_the_normals():
+    """One seed and problems that all differ alike: no variance anywhere, so the ends are the estimate itself, and
+    Satterthwaite's df is infinite (the normal quantile, T_TABLE[inf]) rather than an error."""
+    x = np.stack([np.full((1, 30), 0.6), np.full((1, 30), 0.5)])
+    iv = interval({"math": x}, DIFF, method="t")
+    assert (iv.estimate, iv.low, iv.high) == pytest.approx((0.1, 0.1, 0.1))
 
 
 def _iv(low, high):

@@ -1,5 +1,5 @@
-"""The Claims table: the report's first section (orchestrator/report/claims.py's results as blocks for
-orchestrator/report/paper.py's renderers), and the same rows as CSV and JSON for MLflow and for a reader's own
+"""The Claims table: the report's first section (orchestrator/claims/verdicts.py's results as blocks for the
+report's page, orchestrator/report/page.py), and the same rows as CSV and JSON for MLflow and for a reader's own
 analysis. Pure."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import json
 import math
 from collections.abc import Sequence
 
-from orchestrator.report import intervals
-from orchestrator.report.claims import Result
+from orchestrator.claims import intervals
+from orchestrator.claims.verdicts import Result
 
 FILES = ("claims.csv", "claims.json")
 TITLE = "Claims"

@@ -1,4 +1,4 @@
-"""Intervals for claims: a statistic of paired configurations (orchestrator/report/claim_stats.py) with its
+"""Intervals for claims: a statistic of paired configurations (orchestrator/claims/stats.py) with its
 interval, the method, how many seeds and problems stand behind it, and a verdict.
 
 The data: per task, an array [config, seed, problem] of per-problem scores (mean@k: each problem's k samples already
@@ -21,6 +21,13 @@ Methods (bench/claims_coverage.py measures their coverage; docs/evaluation.md, "
 - `t-seeds`: theta +- t(S - 1) x the seed jackknife's se alone: the classic "t over seeds", which leaves out that
   the same problems stand behind every seed.
 With one seed every method is over problems only, and the interval says so (`Interval.problems_only`).
+
+The t quantiles are scipy.stats.t's. The resampling itself is written here because scipy.stats.bootstrap cannot
+serve it: it resamples one axis of observations (with `paired=True`, the same indices for every sample), while a
+replicate here draws two crossed indices at once, seeds and, per task, problems, shared by every configuration, and
+needs the jackknife inside each of 2000 replicates for the bootstrap-t (scipy's jackknife, for its BCa, is of the
+whole statistic, once). tests/unit/test_intervals.py checks the one-axis case against scipy.stats.bootstrap, and
+the t intervals against scipy.stats.ttest_rel.
 """
 
 from __future__ import annotations
@@ -29,10 +36,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
-from orchestrator.report import student_t
-from orchestrator.report.claim_stats import Statistic
-from orchestrator.report.paired_data import check_inputs
+from orchestrator.claims.paired_data import check_inputs
+from orchestrator.claims.stats import Statistic
 
 METHODS = {"percentile": "hierarchical percentile bootstrap (seeds, then problems)",
            "studentized": "hierarchical bootstrap-t (jackknife se inside each replicate)",
@@ -135,16 +142,17 @@ def _ends(method, estimate, v_seed, v_problems, theta, boot, stat, data, alpha, 
         q_low, q_high = np.quantile(t_star, [alpha / 2, 1 - alpha / 2])
         return estimate - q_high * se, estimate - q_low * se
     if method == "t-seeds":
-        half = student_t.quantile(1 - alpha / 2, n_seeds - 1) * np.sqrt(v_seed)
+        half = stats.t.ppf(1 - alpha / 2, n_seeds - 1) * np.sqrt(v_seed)
         return estimate - half, estimate + half
     df = _satterthwaite(v_seed, n_seeds, v_problems, data, stat)
-    half = student_t.quantile(1 - alpha / 2, df) * se
+    half = stats.t.ppf(1 - alpha / 2, df) * se  # df = inf: the normal quantile
     return estimate - half, estimate + half
 
 
 def _satterthwaite(v_seed, n_seeds, v_problems, data, stat):
     """Welch-Satterthwaite's degrees of freedom of v_seed + v_problems. The problems' part is counted as one
-    component with the smallest task's P - 1 (their df are in the hundreds: the exact split barely matters)."""
+    component with the smallest task's P - 1 (their df are in the hundreds: the exact split barely matters).
+    scipy has it only inside its Welch test (ttest_ind), of two sample variances, not of these two components."""
     parts = [(v_seed, n_seeds - 1)] if n_seeds > 1 else []
     parts.append((v_problems, min(data[t].shape[2] for t in stat.tasks) - 1))
     denominator = sum(v * v / d for v, d in parts if d > 0)

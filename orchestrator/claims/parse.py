@@ -11,7 +11,7 @@ number where it gives one); a sweep names the ones it tests, and a researcher ad
 
 A claim compares cells: side `a` against side `b`, each a mapping axis -> value (or a list of values) that selects
 cells; `per` lists axes that split it into rows, one test each (an axis the sweep does not vary is dropped: it takes
-one value). The statistics (orchestrator/report/claim_stats.py, orchestrator/report/run_measures.py):
+one value). The statistics (orchestrator/claims/stats.py, orchestrator/claims/run_measures.py):
 
 | statistic | compares | verdict: holds when the interval |
 |---|---|---|
@@ -26,7 +26,7 @@ one value). The statistics (orchestrator/report/claim_stats.py, orchestrator/rep
 An instability's `measure`: `drop`, the largest fall of held-out pass@1 from its running best; or `peak_kl`, the
 largest `train/kl_k1` the run logged.
 
-Pure: parsing and checking only; which cells a claim's rows take is orchestrator/sweep/claim_rows.py.
+Pure: parsing and checking only; which cells a claim's rows take is orchestrator/claims/rows.py.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ interval. Pure: histories and verdicts in, numbers out.
   replication of a run-level measure (no problems to resample); with one seed there is no interval.
 - The collapse rate: collapsed seeds / seeds, with the Clopper-Pearson interval (exact, conservative: with three
   seeds, 0 of 3 gives [0, 0.71] at 95%).
+The quantiles are scipy.stats's (t, beta).
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-
-from orchestrator.report import student_t
+from scipy import stats
 
 MEASURE_KEYS = {"drop": "val/pass_at_1", "peak_kl": "train/kl_k1"}
 
@@ -35,32 +35,19 @@ def measure(name: str, history: Sequence[tuple[int, float]]) -> float | None:
 
 
 def paired_t(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float, float, float]:
-    """mean(a - b) over paired seeds with its t interval; (estimate, nan, nan) with one seed."""
+    """mean(a - b) over paired seeds with its t interval (scipy.stats.t); (estimate, nan, nan) with one seed."""
     d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
     estimate = float(d.mean())
     if len(d) < 2:
         return estimate, math.nan, math.nan
-    half = student_t.quantile(1 - (1 - level) / 2, len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
+    half = float(stats.t.ppf(1 - (1 - level) / 2, len(d) - 1)) * float(d.std(ddof=1)) / math.sqrt(len(d))
     return estimate, estimate - half, estimate + half
 
 
 def rate(hits: int, n: int, level: float) -> tuple[float, float, float]:
-    """hits / n with its Clopper-Pearson interval: the p at which seeing at least `hits` (at most, for the upper
-    end) has probability alpha / 2, found by bisection on the exact binomial tail (n is a count of seeds)."""
+    """hits / n with its Clopper-Pearson interval: the quantiles alpha / 2 of Beta(hits, n - hits + 1) and
+    1 - alpha / 2 of Beta(hits + 1, n - hits) (scipy.stats.beta), 0 and 1 at the edges (n is a count of seeds)."""
     alpha = 1 - level
-    low = 0.0 if hits == 0 else _solve(lambda p: _at_least(hits, n, p), alpha / 2)
-    high = 1.0 if hits == n else _solve(lambda p: _at_least(hits + 1, n, p), 1 - alpha / 2)
+    low = 0.0 if hits == 0 else float(stats.beta.ppf(alpha / 2, hits, n - hits + 1))
+    high = 1.0 if hits == n else float(stats.beta.ppf(1 - alpha / 2, hits + 1, n - hits))
     return hits / n, low, high
-
-
-def _at_least(hits: int, n: int, p: float) -> float:
-    """P(X >= hits) for X ~ Binomial(n, p): increasing in p."""
-    return sum(math.comb(n, k) * p ** k * (1 - p) ** (n - k) for k in range(hits, n + 1))
-
-
-def _solve(increasing, target: float) -> float:
-    low, high = 0.0, 1.0
-    for _ in range(80):
-        mid = (low + high) / 2
-        low, high = (mid, high) if increasing(mid) < target else (low, mid)
-    return (low + high) / 2

@@ -1,6 +1,6 @@
 """The claim intervals' input, checked before any resampling: every problem in one ValueError.
 
-The shape asked for (orchestrator/report/intervals.py): task -> [config, seed, problem], either one array or one
+The shape asked for (orchestrator/claims/intervals.py): task -> [config, seed, problem], either one array or one
 [seed, problem] array per configuration. Configurations are paired, so within a task every configuration has the
 same seeds and problems; seeds are paired across tasks too (one training run per seed), so every task has the same
 configurations and seeds; problem counts differ by task.
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from orchestrator.report.claim_stats import Statistic
+from orchestrator.claims.stats import Statistic
 
 
 def check_inputs(outcomes: Mapping, statistics: Sequence[Statistic], level: float, methods: Sequence[str],

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator.sweep.claims import SCORE_STATISTICS, Claim, same
+from orchestrator.claims.parse import SCORE_STATISTICS, Claim, same
 from record.display import cell_name, format_value
 
 

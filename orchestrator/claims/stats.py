@@ -1,7 +1,7 @@
 """The statistics a claim is tested with, as functions of each configuration's mean score on each task.
 
 A statistic takes `means`: task -> array [..., config] (the mean over seeds and problems of each configuration; any
-leading axes are bootstrap replicates) and returns an array [...]. The bootstrap in orchestrator/report/intervals.py
+leading axes are bootstrap replicates) and returns an array [...]. The bootstrap in orchestrator/claims/intervals.py
 feeds it the observed means and the resampled ones alike, so every statistic here is vectorised over those axes.
 
 - difference: mean_A - mean_B on one task (the paper's Figs. 5-6 read as "A beats B on task t");

@@ -1,6 +1,6 @@
 """Each claim's rows as the report states them: the statistic, its interval, the seeds and problems behind it, and
 a verdict beside the paper's number. Pure: the cells, their per-problem scores and histories come in as arguments
-(orchestrator/report/claim_inputs.py reads them; orchestrator/commands/report.py passes them).
+(orchestrator/report/claim_inputs.py reads them from the run directories and hands them over).
 
 Verdicts: `holds` (the interval lies on the claim's side of its boundary; for an equivalence, inside the margin),
 `contradicted` (wholly on the other side; for an equivalence, wholly outside the margin), `inconclusive` (it spans
@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from orchestrator.report import claim_stats, intervals, run_measures
-from orchestrator.sweep import claim_rows
-from orchestrator.sweep.claims import SCORE_STATISTICS, Claim
+from orchestrator.claims import intervals, run_measures
+from orchestrator.claims import rows as claim_rows
+from orchestrator.claims import stats as claim_stats
+from orchestrator.claims.parse import SCORE_STATISTICS, Claim
 from record.display import format_value
 
 # run_key, task -> ({doc_id: [sample scores]}, the data's sha256, the evaluation's settings)
