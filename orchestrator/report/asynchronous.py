@@ -1,6 +1,6 @@
 """The paper's Figure 7 from a sweep with asynchronous cells: held-out pass@1 during training, one panel per model
 (and other non-KL axes) and async level, one line per KL configuration (no KL, K1 in reward, ...) with its seed
-band. Pure: orchestrator/report/plots.py draws it, orchestrator/commands/report.py reads the cells.
+band. Pure: orchestrator/report/plots.py draws it, orchestrator/report/write.py reads the cells.
 
 Section 4.2 compares configurations at one async level (10) and one beta (0.005); a sweep with several betas gets a
 line per configuration and beta. A sweep whose cells are all on-policy (async level 0) has no Figure 7.

@@ -1,6 +1,6 @@
 """The report's bias table: each distinct objective among a sweep's cells on the toy model of section 3.3
 (trainer/analysis/bias_table.py), as report blocks and as a Markdown file of its own. Pure but for torch, imported when
-the table is made; orchestrator/commands/report.py reads the cells' configs and writes the files.
+the table is made; orchestrator/report/write.py reads the cells' configs and writes the files.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def table(configs: Mapping[str, Mapping]) -> dict:
 
 
 def blocks(made: Mapping) -> list[tuple]:
-    """The table as report blocks (orchestrator/report/paper.py render_markdown / render_html); none without cells."""
+    """The table as report blocks (orchestrator/report/page.py renders them); none without cells."""
     if not made["distinct"] and not made["skipped"]:
         return []
     out: list[tuple] = [("h", 2, TITLE)]

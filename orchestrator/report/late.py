@@ -1,5 +1,5 @@
 """The report's end-of-training table: each configuration's measured KL and held-out pass@1 over the last steps of
-its curves, with the spread over seeds. Pure; orchestrator/commands/report.py adds its blocks to the report.
+its curves, with the spread over seeds. Pure; orchestrator/report/write.py adds its blocks to the report.
 
 The curves (Figures 2-4) show the whole trajectory; this table puts numbers on where each configuration ended,
 which is what the paper's questions are about (does an estimator and placement hold the sequence KL down as beta
@@ -40,7 +40,7 @@ def late_values(cells: Sequence[Mapping], last: Mapping[str, int] = LAST) -> lis
 
 
 def blocks(entries: Sequence[Mapping]) -> list[tuple]:
-    """The table as report blocks (orchestrator/report/paper.py render_markdown / render_html); empty without
+    """The table as report blocks (orchestrator/report/page.py renders them); empty without
     entries."""
     if not entries:
         return []

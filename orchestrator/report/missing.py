@@ -3,7 +3,7 @@ cells, as `orchestrate status` shows its full table; above it a summary first, s
 stand before the first result: the cells per (state, missing because), each with a few example cells and its most
 common why, and a pointer to the full list. The full list is always written beside the report as a TSV file, one
 row per cell (`tsv`), and `orchestrate report --all` puts it in the document too. Pure: the gaps come from
-orchestrator/report/paper.py `coverage`; orchestrator/commands/report.py writes the file.
+orchestrator/report/paper.py `coverage`; orchestrator/report/write.py writes the file.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def summarised(gaps: Sequence[Mapping], cells: int, everything: bool = False) ->
 
 def blocks(gaps: Sequence[Mapping], cells: int, everything: bool = False, listed_in: str | None = None
            ) -> list[tuple]:
-    """The section's blocks after its heading (orchestrator/report/paper.py render_markdown / render_html): the full
+    """The section's blocks after its heading (orchestrator/report/page.py renders them): the full
     table when the sweep has at most SUMMARY_ABOVE `cells` or `everything`, else the summary; `listed_in`: the
     file holding every row, named where it exists."""
     if not gaps:

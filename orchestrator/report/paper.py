@@ -1,6 +1,7 @@
 """`orchestrate report`'s content: pure functions from status's rows (orchestrator/status/cells.py `cell_rows`), each
-cell's KL settings and its metric histories, to the report's tables and a document rendered as Markdown or HTML.
-The figures are drawn by orchestrator/report/plots.py; orchestrator/commands/report.py reads and writes.
+cell's KL settings and its metric histories, to the report's tables and its document as blocks (rendered as
+Markdown and HTML by orchestrator/report/page.py). The figures are drawn by orchestrator/report/plots.py;
+orchestrator/report/write.py reads the sweep and writes the report's files.
 
 The paper's pieces, and what stands in for them here:
 - Figures 2-4 (training curves): one panel per configuration without its beta (K1 in reward, ...), one line per
@@ -14,8 +15,6 @@ The paper's pieces, and what stands in for them here:
 
 from __future__ import annotations
 
-import base64
-import html
 import statistics
 from collections.abc import Mapping, Sequence
 
@@ -196,15 +195,16 @@ def behaviour(rows: Sequence[Mapping], kls: Mapping[str, Mapping]) -> list[dict]
 
 def document(sweep: str, rows: Sequence[Mapping], kls: Mapping[str, Mapping], gaps: Sequence[Mapping],
              figures: Mapping[str, Sequence[tuple[str, str]]], notes: Sequence[str], everything: bool = False,
-             listed_in: str | None = None) -> list[tuple]:
-    """The report's blocks (render_markdown / render_html): what it covers, the cells it lacks (a summary above
-    SUMMARY_ABOVE cells unless `everything`; `listed_in` the file listing them all, orchestrator/report/missing.py),
-    Table 1's behaviour, the curves and the final mean@k. `figures`: {"curves" | "scores": [(file name, caption)]}."""
+             listed_in: str | None = None, claims: Sequence[tuple] = (), late: Sequence[tuple] = ()) -> list[tuple]:
+    """The report's blocks (orchestrator/report/page.py renders them): what it covers, the Claims table (`claims`,
+    first), the cells it lacks (a summary above SUMMARY_ABOVE cells unless `everything`; `listed_in` the file
+    listing them all, orchestrator/report/missing.py), Table 1's behaviour, the end of training (`late`), the curves
+    and the final mean@k. `figures`: {"curves" | "scores": [(file name, caption)]}."""
     done = [r for r in rows if finished(r)]
     states = ", ".join(f"{n} {s}" for s, n in outcomes.counts(rows, "state", "-").items())
     blocks: list[tuple] = [("h", 1, f"Sweep {sweep}"),
                            ("p", f"{len(rows)} cells in the ledger ({states or 'none'}); {len(done)} finished "
-                                 f"training, {sum(1 for r in rows if r['eval'])} evaluated.")]
+                                 f"training, {sum(1 for r in rows if r['eval'])} evaluated."), *claims]
     if not done:
         blocks.append(("p", "No cell has finished training yet: there is nothing to compare. The cells and why "
                             "each is missing are listed below; run the report again when some have finished."))
@@ -212,7 +212,7 @@ def document(sweep: str, rows: Sequence[Mapping], kls: Mapping[str, Mapping], ga
     blocks.append(("h", 2, "Cells missing from this report"))
     blocks += missing.blocks(gaps, missing.sweep_cells(rows, gaps), everything, listed_in)
     if not rows:
-        return blocks
+        return [*blocks, *late]
     settings = outcomes.evaluation_settings(list(rows))
     if settings:
         blocks += [("h", 2, "Evaluated more than one way"),
@@ -237,6 +237,7 @@ def document(sweep: str, rows: Sequence[Mapping], kls: Mapping[str, Mapping], ga
                           "paper: behaviour"),
                 [(b["config"], b["family"], b["beta"], b["behaviour"], b["reason"], b["paper_gradient"],
                   b["paper_behaviour"]) for b in behaviour(rows, kls)])]
+    blocks += late
     blocks += [("h", 2, "Training curves (Figures 2-4)"), ("p", f"{BAND}; beta = 0 dashed.")]
     blocks += [("img", f, c) for f, c in figures.get("curves", ())] or [
         ("p", "No curves: no cell has a metric history in MLflow or in its run directory.")]
@@ -254,51 +255,6 @@ def document(sweep: str, rows: Sequence[Mapping], kls: Mapping[str, Mapping], ga
         blocks.append(("p", "No cell has been evaluated yet."))
     blocks += [("img", f, c) for f, c in figures.get("scores", ())]
     return blocks
-
-
-# --- the document: Markdown and one self-contained HTML page --------------------------------------------------
-
-def render_markdown(blocks: Sequence[tuple]) -> str:
-    """Blocks: ("h", level, text), ("p", text), ("table", headers, rows), ("img", file name, caption)."""
-    out = []
-    for block in blocks:
-        kind = block[0]
-        if kind == "h":
-            out.append(f"{'#' * block[1]} {block[2]}")
-        elif kind == "p":
-            out.append(block[1])
-        elif kind == "table":
-            cells = [[str(c).replace("|", "\\|") for c in row] for row in (block[1], *block[2])]
-            out.append("\n".join([f"| {' | '.join(cells[0])} |", f"|{'---|' * len(cells[0])}",
-                                  *(f"| {' | '.join(r)} |" for r in cells[1:])]))
-        elif kind == "img":
-            out.append(f"![{block[2]}]({block[1]})\n\n*{block[2]}*")
-    return "\n\n".join(out) + "\n"
-
-
-def render_html(blocks: Sequence[tuple], images: Mapping[str, bytes], title: str) -> str:
-    """The same blocks as one page, every image embedded as a base64 data URI (the page travels alone)."""
-    e = html.escape
-    body = []
-    for block in blocks:
-        kind = block[0]
-        if kind == "h":
-            body.append(f"<h{block[1]}>{e(block[2])}</h{block[1]}>")
-        elif kind == "p":
-            body.append(f"<p>{e(block[1])}</p>")
-        elif kind == "table":
-            head = "".join(f"<th>{e(str(h))}</th>" for h in block[1])
-            rows = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in block[2])
-            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
-        elif kind == "img":
-            data = base64.b64encode(images[block[1]]).decode("ascii")
-            body.append(f'<figure><img alt="{e(block[2])}" src="data:image/png;base64,{data}">'
-                        f"<figcaption>{e(block[2])}</figcaption></figure>")
-    style = ("body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
-             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-             "text-align:left}img{max-width:100%}figcaption{font-style:italic;color:#444}")
-    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{e(title)}</title>"
-            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
 
 
 def percent(value: float | None) -> str:

@@ -1,6 +1,7 @@
-"""`orchestrate report`'s pure parts (orchestrator/report/paper.py) and the command over a small sweep directory whose
-files come from the real writers: the ledger's records (orchestrator/launch/ledger.py), the collapse monitor's verdict
-and checkpoint history (trainer/run/collapse.py), eval_result.json as orchestrator/jobs.py writes it."""
+"""`orchestrate report`'s pure parts (orchestrator/report/paper.py, its page: page.py) and the command over a small
+sweep directory whose files come from the real writers: the ledger's records (orchestrator/launch/ledger.py), the
+collapse monitor's verdict and checkpoint history (trainer/run/collapse.py), eval_result.json as
+orchestrator/jobs.py writes it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import yaml
 from orchestrator.cli import main
 from orchestrator.cluster.entry import write_json
 from orchestrator.launch import ledger as L
-from orchestrator.report import paper
+from orchestrator.report import page, paper
 from orchestrator.status import cells
 from record.display import cell_name
 from record.rundir import tag_for
@@ -152,9 +153,25 @@ def test_panels_draw_the_reference_in_each_configuration_of_its_model(sweep):
 
 def test_the_html_page_embeds_its_images_and_escapes_text():
     blocks = [("h", 1, "a <b>"), ("table", ("x", "y"), [("1|2", "<3")]), ("img", "f.png", "cap")]
-    page = paper.render_html(blocks, {"f.png": b"\x89PNG"}, "t")
-    assert "data:image/png;base64,iVBORw==" in page and "a &lt;b&gt;" in page and "&lt;3" in page
-    assert "| 1\\|2 | <3 |" in paper.render_markdown(blocks)
+    html = page.render_html(blocks, {"f.png": b"\x89PNG"}, "t")
+    assert "data:image/png;base64,iVBORw==" in html and "a &lt;b&gt;" in html and "&lt;3" in html
+    assert "| 1\\|2 | <3 |" in page.render_markdown(blocks)
+
+
+def test_the_templates_render_every_kind_of_block_exactly():
+    """The whole text of both renderings of one block of each kind (report.md.jinja, report.html.jinja): a blank
+    line between Markdown blocks, one line per HTML block, an empty table's header alone."""
+    blocks = [("h", 2, "Claims"), ("p", "2 & \"3\""), ("table", ("a", "b"), [(1, None)]), ("table", ("c",), []),
+              ("img", "f.png", "cap")]
+    assert page.render_markdown(blocks) == ("## Claims\n\n2 & \"3\"\n\n| a | b |\n|---|---|\n| 1 | None |\n\n| c |\n"
+                                            "|---|\n\n![cap](f.png)\n\n*cap*\n")
+    html = page.render_html(blocks, {"f.png": b"\x89PNG"}, "Sweep <x>")
+    assert html.startswith('<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>Sweep &lt;x&gt;</title><style>'
+                           "body{font-family:sans-serif;")
+    assert html.endswith("</style></head><body>\n<h2>Claims</h2>\n<p>2 &amp; &#34;3&#34;</p>\n<table><thead><tr>"
+                         "<th>a</th><th>b</th></tr></thead><tbody><tr><td>1</td><td>None</td></tr></tbody></table>\n"
+                         "<table><thead><tr><th>c</th></tr></thead><tbody></tbody></table>\n<figure><img alt=\"cap\" "
+                         'src="data:image/png;base64,iVBORw=="><figcaption>cap</figcaption></figure>\n</body></html>\n')
 
 
 def test_the_command_writes_markdown_html_and_pngs(sweep, tmp_path, capsys):
@@ -163,8 +180,8 @@ def test_the_command_writes_markdown_html_and_pngs(sweep, tmp_path, capsys):
     pngs = sorted(p.name for p in out.glob("*.png"))
     assert pngs == ["curves-K1-in-reward.png", "curves-K3-in-loss.png", "curves-K3-in-reward.png",
                     "scores-every-cell.png"]
-    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
-    assert all(f"]({p})" in md for p in pngs) and page.count("data:image/png;base64,") == len(pngs)
+    md, html = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert all(f"]({p})" in md for p in pngs) and html.count("data:image/png;base64,") == len(pngs)
     assert "| k3-reward-b0.1-s0 | training | running |" in md and "| k1-reward-b0.1 | tiny@4 | 0.65 ± 0.0707" in md
     assert "never opened an MLflow run" in md and "10 cells, 8 finished" in capsys.readouterr().out
     # The end-of-training table, before the curves: finished cells only (the running k3-reward seed is not in it).
@@ -229,7 +246,7 @@ def test_the_report_says_when_cells_were_evaluated_two_ways_or_trained_under_two
     atomic_write(RunDir(sweep / seed1).objective, json.dumps({"fingerprint": {"hash": "0123456789ab"},
                                                               "code": "/old/snapshot"}))
     data, kls = loaded(sweep)
-    text = paper.render_markdown(paper.document("mini", data, kls, [], {}, []))
+    text = page.render_markdown(paper.document("mini", data, kls, [], {}, []))
     assert "## Evaluated more than one way" in text and "k=8" in text
     assert "## Configurations trained under different gradients" in text and "/old/snapshot" in text
     assert "0123456789ab" in text
