@@ -1,5 +1,6 @@
 """Intervals for claims: a statistic of paired configurations (orchestrator/claims/stats.py) with its
-interval, the method, how many seeds and problems stand behind it, and a verdict.
+interval, the method, and how many seeds and problems stand behind it (the verdict read from it:
+orchestrator/claims/verdicts.py `verdict`).
 
 The data: per task, an array [config, seed, problem] of per-problem scores (mean@k: each problem's k samples already
 averaged), configurations PAIRED: seed s is the same training seed (the same prompt order) in every configuration,
@@ -80,17 +81,6 @@ class Interval:
             behind = f"ONE seed: over problems only, seed-to-seed variation unmeasured; problems: {problems}"
         return (f"{self.estimate:.4g} [{self.low:.4g}, {self.high:.4g}] "
                 f"({self.level * 100:g}%, {METHODS[self.method]}; {behind})")
-
-
-def verdict(interval: Interval, claim: str, boundary: float = 0.0) -> str:
-    """`claim` is ">" (the statistic exceeds `boundary`) or "<". "holds": the interval lies entirely on the claim's
-    side; "contradicted": entirely on the other; "inconclusive": it touches or spans the boundary (or is nan)."""
-    if claim not in (">", "<"):
-        raise ValueError(f"claim must be '>' or '<'; got {claim!r}")
-    above, below = interval.low > boundary, interval.high < boundary
-    if above or below:
-        return "holds" if above == (claim == ">") else "contradicted"
-    return "inconclusive"
 
 
 def interval(outcomes: Mapping, statistic: Statistic, **options) -> Interval:

@@ -110,7 +110,7 @@ def _row(claim, row, by_key, groups, scores_of, level, method) -> list[Result]:
             continue
         stat, words, unit = _statistic(claim, row, members, k)
         iv = intervals.interval(outcomes, stat, level=level, method=method)
-        results.append(Result(claim, shown, where, words, _verdict(claim, iv.low, iv.high), iv.estimate, iv.low,
+        results.append(Result(claim, shown, where, words, verdict(claim, iv.low, iv.high), iv.estimate, iv.low,
                               iv.high, unit, iv.n_seeds, iv.n_problems, intervals.METHODS[method],
                               "ONE seed: over problems only" if iv.problems_only else ""))
     return results
@@ -174,7 +174,9 @@ def _statistic(claim: Claim, row: claim_rows.Row, tasks: Sequence[str], k: int):
             f"{metric}: slope against {along} ({claim.x} {', '.join(map(format_value, xs))})", "")
 
 
-def _verdict(claim: Claim, low: float, high: float) -> str:
+def verdict(claim: Claim, low: float, high: float) -> str:
+    """The row's verdict from its interval [low, high]: holds, contradicted or inconclusive (module docstring); an
+    end that is not finite (nan, or a ratio over a mean of 0) is inconclusive."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return "inconclusive"
     if claim.statistic == "equivalence":
@@ -193,7 +195,7 @@ def _collapse_rate(claim, row, labels, by_key, level) -> Result:
     verdicts = [by_key[k].verdict for k in config.seeds.values()]
     hits = sum(v == "collapsed" for v in verdicts)
     estimate, low, high = run_measures.rate(hits, len(verdicts), level)
-    return Result(claim, row.label, labels, f"collapse rate of {config.name}", _verdict(claim, low, high),
+    return Result(claim, row.label, labels, f"collapse rate of {config.name}", verdict(claim, low, high),
                   estimate, low, high, "rate", len(verdicts), {}, "Clopper-Pearson (exact binomial) over seeds",
                   f"{hits} of {len(verdicts)} seeds collapsed")
 
@@ -211,5 +213,5 @@ def _instability(claim, row, labels, by_key, level) -> Result:
                            f"data.val_every is set)")
     estimate, low, high = run_measures.paired_t([p[0] for p in pairs], [p[1] for p in pairs], level)
     note = "ONE seed: no interval" if len(seeds) < 2 else ""
-    return Result(claim, row.label, labels, words, _verdict(claim, low, high), estimate, low, high, "",
+    return Result(claim, row.label, labels, words, verdict(claim, low, high), estimate, low, high, "",
                   len(seeds), {}, "t interval over seeds (paired)", note)

@@ -12,7 +12,9 @@ import pytest
 from scipy import stats as scipy_stats
 
 from orchestrator.claims import stats as claim_stats
-from orchestrator.claims.intervals import METHODS, Interval, interval, intervals, verdict
+from orchestrator.claims.intervals import METHODS, interval, intervals
+from orchestrator.claims.parse import Claim
+from orchestrator.claims.verdicts import verdict
 
 DIFF = claim_stats.difference("math", 0, 1)
 
@@ -98,23 +100,23 @@ def test_the_t_interval_with_infinite_df_is_the_normals():
     assert (iv.estimate, iv.low, iv.high) == pytest.approx((0.1, 0.1, 0.1))
 
 
-def _iv(low, high):
-    return Interval("s", (low + high) / 2, low, high, 0.95, "t", 3, {"math": 500}, 0)
-
-
 @pytest.mark.parametrize(("low", "high", "claim", "boundary", "expected"), [
     (0.01, 0.03, ">", 0.0, "holds"), (0.01, 0.03, "<", 0.0, "contradicted"),
     (-0.03, -0.01, ">", 0.0, "contradicted"), (-0.03, -0.01, "<", 0.0, "holds"),
     (-0.01, 0.03, ">", 0.0, "inconclusive"), (0.0, 0.03, ">", 0.0, "inconclusive"),
     (0.06, 0.1, ">", 0.05, "holds"), (0.04, 0.1, ">", 0.05, "inconclusive"), (0.01, 0.04, ">", 0.05, "contradicted"),
-    (float("nan"), float("nan"), ">", 0.0, "inconclusive")])
+    (float("nan"), float("nan"), ">", 0.0, "inconclusive"), (0.01, float("inf"), ">", 0.0, "inconclusive")])
 def test_verdicts_read_the_side_of_the_boundary(low, high, claim, boundary, expected):
-    assert verdict(_iv(low, high), claim, boundary) == expected
+    difference = Claim("c", "difference", {"kl.estimator": ("k1",)}, expect=claim, boundary=boundary)
+    assert verdict(difference, low, high) == expected
 
 
-def test_a_verdict_needs_a_direction():
-    with pytest.raises(ValueError, match="'>' or '<'"):
-        verdict(_iv(0.1, 0.2), ">=")
+@pytest.mark.parametrize(("low", "high", "expected"), [
+    (-0.01, 0.02, "holds"), (-0.03, 0.01, "inconclusive"), (0.03, 0.05, "contradicted"),
+    (-0.05, -0.021, "contradicted")])
+def test_an_equivalence_holds_inside_its_margin(low, high, expected):
+    same = Claim("c", "equivalence", {"kl.estimator": ("k1",)}, margin=0.02)
+    assert verdict(same, low, high) == expected
 
 
 def test_one_seed_is_over_problems_only_and_says_so():
