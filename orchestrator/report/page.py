@@ -2,9 +2,10 @@
 one self-contained HTML page (report.html), by Jinja2 from the templates beside this module (report.md.jinja,
 report.html.jinja, shipped as package data).
 
-Blocks (orchestrator/report/paper.py `document`, claims/table.py, missing.py, ...): ("h", level, text), ("p",
-text), ("table", headers, rows), ("img", file name, caption). HTML escapes every text (Jinja2's autoescape); the
-Markdown escapes a table cell's "|" and nothing else, as before.
+Blocks (orchestrator/report/paper.py `document`, orchestrator/claims/table.py, missing.py, ...): ("h", level,
+text), ("p", text), ("table", headers, rows), ("img", file name, caption). HTML escapes every text (Jinja2's
+autoescape). The Markdown escapes a table cell's "|" and nothing else, as before: Jinja2 has no Markdown escaping,
+so that one replace is the `cell` filter here.
 """
 
 from __future__ import annotations
