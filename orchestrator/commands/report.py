@@ -9,9 +9,19 @@ from pathlib import Path
 
 from orchestrator.arguments import add_sweep_dir_argument
 from orchestrator.launch.ledger import Ledger
-from orchestrator.report import asynchronous, bias, claim_inputs, claims, claims_table, intervals, late, missing, paper
-from orchestrator.report import baselines as base_models
-from orchestrator.status.baselines import baseline_rows, current_baselines
+from orchestrator.report import (
+    asynchronous,
+    base_models,
+    bias,
+    claim_inputs,
+    claims,
+    claims_table,
+    intervals,
+    late,
+    missing,
+    paper,
+)
+from orchestrator.status.baseline_rows import baseline_rows, current_baselines
 from orchestrator.status.cells import cell_rows, current_records, run_config
 from orchestrator.sweep.locate import sweep_dir_of
 from record.display import cell_name

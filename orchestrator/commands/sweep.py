@@ -27,8 +27,7 @@ from orchestrator.cluster.query import max_array_size
 from orchestrator.cluster.sbatch_values import LIMITS
 from orchestrator.console import console
 from orchestrator.launch.adopt import adopt, legacy_identities
-from orchestrator.launch.baseline_ledger import baseline_ledger
-from orchestrator.launch.baselines import wait_baselines
+from orchestrator.launch.baseline_jobs import baseline_ledger, wait_baselines
 from orchestrator.launch.costs import costs, disk_problem, free_space
 from orchestrator.launch.costs import lines as cost_lines
 from orchestrator.launch.fingerprints import changed_cells, said

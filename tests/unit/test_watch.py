@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from orchestrator.cluster.entry import PREEMPTED_EXIT
 from orchestrator.launch import ledger as L
-from orchestrator.launch.baseline_ledger import baseline_ledger
+from orchestrator.launch.baseline_jobs import baseline_ledger
 from orchestrator.launch.ledger import Ledger
 from orchestrator.launch.plan import triage
 from orchestrator.watch.watcher import REQUEUE_GRACE_S, Watcher, decide, decide_baseline
