@@ -166,7 +166,7 @@ def test_a_relaunch_submits_only_what_is_missing():
 
 
 def test_sweep_status_of_a_settled_sweep():
-    from orchestrator.tracking.sweep_run import sweep_status
+    from orchestrator.tracking.sweep import sweep_status
 
     def records(*ends):
         return {str(i): {"final": {"status": e}} for i, e in enumerate(ends)}
