@@ -112,6 +112,6 @@ clean:
 # and the compare view of its cells; `orchestrate status` prints them too): MLflow's home page would open an
 # experiment on its GenAI overview. Artifacts of runs logged through this server also stay under runs/.
 mlflow-ui: setup
-	@$(BIN)/python -m orchestrator.tracking.sweep_run runs
+	@$(BIN)/python -m orchestrator.tracking.sweep runs
 	MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false $(BIN)/mlflow server --backend-store-uri sqlite:///runs/mlflow.db \
 		--artifacts-destination runs/mlartifacts --host 127.0.0.1 --port 5000

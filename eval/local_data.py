@@ -1,7 +1,8 @@
 """The local data directory: what it holds, how the generated sets are made, and how to check it.
 
 Compute nodes never reach a hub, so every dataset is a local jsonl file written once by `orchestrate data
-prepare` (eval/prepare.py) and described by `MANIFEST.json` (rows and sha256 of each file). Every row has at least
+prepare` (eval/prepare.py) and described by `MANIFEST.json` (rows and sha256 of each file). Where the directory is
+by default: trainer/tasks/data.py `data_dir`. Every row has at least
 `problem`, `answer` and `unique_id`, the schema trainer/tasks/data.py and the eval tasks read.
 
     name                                       rows                source
@@ -21,7 +22,6 @@ its test split; an inferred choice, recorded in the task YAMLs and docs/evaluati
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +29,6 @@ from record.rundir import atomic_write, sha256_file
 from trainer.tasks import tiny as tiny_task
 from trainer.tasks.common import read_jsonl, write_jsonl
 
-REPO = Path(__file__).resolve().parents[1]
 MANIFEST = "MANIFEST.json"
 COUNTDOWN_TRAIN_SEED, COUNTDOWN_HELDOUT_SEED = 0, 10**9  # far apart: item j of seed S is item j+d of seed S-d
 COUNTDOWN_SIZES = (10_000, 500)
@@ -64,12 +63,6 @@ SPECS: dict[str, DataSpec] = {s.name: s for s in (
     DataSpec("tiny_test", TINY_EVAL_SIZE, "trainer/tasks/tiny.py test split, seed 0, first 200", False),
     DataSpec("tiny_ood", TINY_EVAL_SIZE, "trainer/tasks/tiny.py ood split, seed 0, first 200", False),
 )}
-
-
-def default_data_dir() -> Path:
-    """$COMEDY_DATA, else <repo>/data."""
-    env = os.environ.get("COMEDY_DATA")
-    return Path(env) if env else REPO / "data"
 
 
 def tiny_rows(name: str) -> list[dict]:

@@ -38,6 +38,7 @@ from trainer.config.run import EvalConfig, RunConfig
 from trainer.model.build import model_path
 from trainer.rollout import vllm_support
 from trainer.run.export import ExportError, checkpoint_step, export_hf, load_run_config
+from trainer.tasks import data as task_data
 from trainer.tasks.common import read_jsonl
 
 
@@ -58,7 +59,7 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
     # A plain model has no run directory: its evaluation gets one of its own, laid out the same way.
     home = RunDir(target.path if target.has_run_dir else Path(out_dir or runs_root / "eval" / target.run_key))
     root = home.eval_step(step)
-    files = _data_files(tasks, Path(data_dir or local_data.default_data_dir()), root / "data")
+    files = _data_files(tasks, Path(data_dir or task_data.data_dir()), root / "data")
     shard_samples = shard_samples if shard_samples is not None else ev.shard_samples
     if shard_samples is not None and (isinstance(shard_samples, bool) or not isinstance(shard_samples, int)
                                       or shard_samples < 1):

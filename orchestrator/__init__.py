@@ -11,4 +11,10 @@ cell (baseline, watcher) stands; tracking/ is the sweep in MLflow; watch/ follow
 draws the paper's tables and figures. Above them: commands/ (one thin module per `orchestrate` command), cli.py (the
 login node's entry), jobs.py (the compute node's), and the two helpers every command uses, console.py and
 arguments.py. Below them all: record/, trainer/ and eval/.
+
+The base models' evaluations a sweep declares (baselines) pass every stage a cell does, and each stage needs its part
+before the next exists, so they have no folder of their own: one would sit both before sweep/ (sweep/expand.py
+resolves them with the cells) and after status/ (their rows read status/outcomes.py), and launch/submit.py writes
+their ledger. They are one file in each stage instead, named for what it holds: sweep/baselines.py (the declaration,
+whose docstring leads to the others), launch/baseline_jobs.py, status/baseline_rows.py, report/base_models.py.
 """

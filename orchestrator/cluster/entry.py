@@ -22,11 +22,12 @@ import sys
 import time
 from pathlib import Path
 
+from eval.signals import install_for_evaluation
 from orchestrator.cluster.environment import record_job_environment
 from orchestrator.cluster.query import SlurmError
 from record.errors import ConfigError, UserError
 from record.rundir import RunDir, atomic_write
-from trainer.run.preempt import install, install_for_evaluation
+from trainer.run.preempt import install
 from trainer.run.progress import quiet_third_party
 
 TRAIN_ENTRY = "orchestrator.jobs:train_job"
@@ -64,7 +65,7 @@ def run_train(entry: str, run_dir: str):
 
 def run_eval(entry: str, run_dir: str):
     """Evaluate, and keep the result beside the run (what `orchestrate status` shows). Slurm's warning signal
-    requeues the job at once (trainer/run/preempt.py `install_for_evaluation`): its finished shards are kept and
+    requeues the job at once (eval/signals.py `install_for_evaluation`): its finished shards are kept and
     the requeued job resumes at the first unfinished one."""
     restore = install_for_evaluation(run_dir, lambda: None, PREEMPTED_EXIT)
     try:

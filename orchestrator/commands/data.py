@@ -6,18 +6,18 @@ import argparse
 from pathlib import Path
 
 from eval.local_data import check as check_data
-from eval.local_data import default_data_dir
 from orchestrator.console import console
 from record.errors import UserError
+from trainer.tasks.data import DATA_DIR_RULE, data_dir
 
-EXAMPLES = """examples:
+EXAMPLES = f"""examples:
   orchestrate data prepare --out /shared/comedy-data     on a login node (the Hugging Face hub reachable)
   orchestrate data check /shared/comedy-data             anywhere: counts and checksums against MANIFEST.json
 
 Writes MATH train/test (7500/5000), MATH500 (500), MATH^2 (210), MMLU college physics/chemistry/biology
 (118/113/165: cais/mmlu test+validation+dev), Countdown train and held-out (reasoning-gym, generated here) and the
-tiny task's splits (generated here), as jsonl, plus MANIFEST.json (rows, sha256). Point jobs at the directory
-with $COMEDY_DATA (default: ./data)."""
+tiny task's splits (generated here), as jsonl, plus MANIFEST.json (rows, sha256). Where it goes without
+--out, and where the jobs read: {DATA_DIR_RULE}."""
 
 CHECK = """Check a prepared data directory, without network: every dataset present, its sha256 as MANIFEST.json
 records it, the expected rows, each row with problem/answer/unique_id, the tiny sets equal to a fresh
@@ -31,7 +31,7 @@ def register(sub) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     prep = actions.add_parser("prepare", help="fetch/generate every dataset into --out", epilog=EXAMPLES,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    prep.add_argument("--out", type=Path, help="data directory (default: $COMEDY_DATA, else ./data)")
+    prep.add_argument("--out", type=Path, help=f"data directory (default: {DATA_DIR_RULE})")
     prep.add_argument("--countdown-train", type=int, default=10_000, help="Countdown training problems (10000)")
     prep.add_argument("--countdown-heldout", type=int, default=500, help="held-out Countdown problems (500)")
     prep.set_defaults(func=prepare)
@@ -47,7 +47,7 @@ def prepare(args) -> int:
     from eval.prepare import PrepareError  # noqa: PLC0415 (datasets: only when preparing)
     from eval.prepare import prepare as prepare_data  # noqa: PLC0415
 
-    out, console_ = args.out or default_data_dir(), console()
+    out, console_ = args.out or data_dir(), console()
     if min(args.countdown_train, args.countdown_heldout) < 1:
         raise UserError("--countdown-train and --countdown-heldout must be >= 1")
     console_.print(f"preparing {out}")

@@ -8,16 +8,17 @@ from pathlib import Path
 from rich.table import Table
 
 from orchestrator.console import console
+from trainer.tasks.data import DATA_DIR_RULE
 
-EXAMPLES = """examples:
+EXAMPLES = f"""examples:
   orchestrate eval runs/smoke/3f2a9c1b7d20                      the run's latest checkpoint, its eval config
   orchestrate eval 3f2a9c1b7d20 --tasks tiny,tiny_ood --k 4     a run_key, found under --runs-root
   orchestrate eval runs/smoke/3f2a9c1b7d20/checkpoints/step_000004 --limit 20 --force
   orchestrate eval /models/Qwen2.5-7B --tasks math500 --backend vllm   a base model, outside any run
 
-Results: <run dir>/eval/step_N/<task>/seed_S.{samples.jsonl,results.json} and <task>.done.json; metrics
+Results: <run dir>/eval/step_N/<task>/seed_S.{{samples.jsonl,results.json}} and <task>.done.json; metrics
 eval/<task>/mean_at_<k>, pass_at_1, pass_at_<k>, maj_at_<k> in the run's MLflow run at step N. A task already
-evaluated with the same settings is skipped unless --force. Data: --data-dir, else $COMEDY_DATA, else ./data
+evaluated with the same settings is skipped unless --force. Data: --data-dir, else {DATA_DIR_RULE}
 (`orchestrate data prepare`)."""
 
 

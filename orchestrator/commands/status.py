@@ -13,7 +13,7 @@ from orchestrator.console import console
 from orchestrator.status.current import all_rows, read
 from orchestrator.status.tables import render
 from orchestrator.sweep.locate import sweep_dir_of
-from orchestrator.tracking.sweep_run import links
+from orchestrator.tracking.sweep import links
 from orchestrator.watch.retention import freed_line
 
 EXAMPLES = """examples:
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             out.print(watcher["said"], soft_wrap=True, highlight=False)
         if freed := freed_line(records):  # the profile's checkpoint_retention (orchestrator/watch/retention.py)
             out.print(freed, soft_wrap=True, highlight=False)
-        for line in links(records):  # where to browse the runs (orchestrator/tracking/sweep_run.py)
+        for line in links(records):  # where to browse the runs (orchestrator/tracking/sweep.py)
             out.print(line, soft_wrap=True, highlight=False)  # a link split over lines no longer opens
         return 0
     with Live(render(sweep_dir, out.width, everything=args.everything), console=out, auto_refresh=False) as live:

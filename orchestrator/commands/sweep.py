@@ -27,8 +27,7 @@ from orchestrator.cluster.query import max_array_size
 from orchestrator.cluster.sbatch_values import LIMITS
 from orchestrator.console import console
 from orchestrator.launch.adopt import adopt, legacy_identities
-from orchestrator.launch.baseline_ledger import baseline_ledger
-from orchestrator.launch.baselines import wait_baselines
+from orchestrator.launch.baseline_jobs import baseline_ledger, wait_baselines
 from orchestrator.launch.costs import costs, disk_problem, free_space
 from orchestrator.launch.costs import lines as cost_lines
 from orchestrator.launch.fingerprints import changed_cells, said
@@ -42,7 +41,7 @@ from orchestrator.preflight.run import preflight
 from orchestrator.preflight.table import print_rows
 from orchestrator.sweep.expand import Sweep, load_sweep
 from orchestrator.sweep.memory import plan_report
-from orchestrator.tracking.check import check_stores, sqlite_written_by_jobs
+from orchestrator.tracking.store import check_stores, sqlite_written_by_jobs
 from orchestrator.watch.follow import follow
 from orchestrator.watch.job import DEFAULT_POLL_S, Starter
 from record.display import format_value

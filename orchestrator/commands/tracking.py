@@ -12,10 +12,10 @@ from orchestrator.arguments import add_sweep_dir_argument
 from orchestrator.console import console
 from orchestrator.status.cells import current_records
 from orchestrator.sweep.locate import sweep_dir_of
-from orchestrator.tracking.flush import flush
+from orchestrator.tracking.buffer import flush
 from orchestrator.tracking.server import down, status, up
 from record.errors import UserError
-from record.tracking.store_import import import_store, source_uri
+from record.tracking.store import import_store, source_uri
 
 EXAMPLES = """examples:
   orchestrate tracking up --data-dir /srv/mlflow --artifacts /shared/mlflow-artifacts

@@ -8,7 +8,7 @@ code of this checkout computes the same for each distinct objective of the sweep
 and the two are compared. A refactor that leaves every gradient alone changes no fingerprint, so it flags nothing.
 
 `supersede` moves a flagged cell's outputs aside (`<run_dir>/superseded/<fingerprint>/`) and retires its MLflow run
-(record/tracking/retire.py) so that training it again starts clean, under the same run_key.
+(record/tracking/sweep.py) so that training it again starts clean, under the same run_key.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from orchestrator.launch.ledger import latest
 from orchestrator.sweep.expand import Sweep
 from record.rundir import RunDir, read_json
-from record.tracking.retire import retire_run
+from record.tracking.sweep import retire_run
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import tomllib
 import yaml
 
 from orchestrator.cluster.snapshot import REPO
-from orchestrator.launch.baseline_ledger import sweep_baselines_dir
+from orchestrator.launch.baseline_jobs import sweep_baselines_dir
 from orchestrator.launch.plan import Plan
 from orchestrator.sweep.baselines import identity
 from orchestrator.sweep.expand import Sweep

@@ -15,7 +15,7 @@ from orchestrator.cluster.executor import Options, save_options
 from orchestrator.cluster.profile import resources_params
 from orchestrator.cluster.snapshot import snapshot_code
 from orchestrator.launch.adopt import Adopted
-from orchestrator.launch.baseline_ledger import baseline_ledger, sweep_baselines_dir
+from orchestrator.launch.baseline_jobs import baseline_ledger, sweep_baselines_dir
 from orchestrator.launch.fingerprints import Changed, supersede
 from orchestrator.launch.intents import Group, submit_groups
 from orchestrator.launch.ledger import IDENTITY, Ledger, attempts, new_record, note

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from orchestrator.cluster.entry import is_rank0, write_json
 from orchestrator.cluster.paths import NAMED_MODELS, hub_snapshot, missing_parts
-from record.tracking.probe import write_and_read
+from record.tracking.store import write_and_read
 
 # What a cell's jobs import: training (torch, DeepSpeed, transformers), evaluation (vLLM, lm-eval), tracking.
 IMPORTS = ("torch", "deepspeed", "vllm", "lm_eval", "transformers", "mlflow")

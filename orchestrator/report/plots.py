@@ -80,7 +80,7 @@ def scores_figure(entries: Sequence[Mapping], title: str, bases: Sequence[Mappin
     """Figures 5-6: one panel per mean@k key; a group of bars per configuration (estimator and placement), one
     bar per beta at the mean over seeds, the whisker from the lowest to the highest seed, the relative change
     against beta = 0 written over it; the beta = 0 mean as a dashed line across the panel, and each base model's
-    mean@k (`bases`: orchestrator/report/baselines.py `references`) as a dotted one."""
+    mean@k (`bases`: orchestrator/report/base_models.py `references`) as a dotted one."""
     keys = outcomes.mean_at_k_keys({e["key"] for e in entries})
     fig = Figure(figsize=(1.5 + (1.5 + 1.4 * _groups(entries)) * len(keys), 3.8), layout="constrained")
     axes = fig.subplots(1, len(keys), squeeze=False)[0]

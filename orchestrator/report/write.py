@@ -21,11 +21,10 @@ from orchestrator.claims import intervals, verdicts
 from orchestrator.claims import table as claims_table
 from orchestrator.claims.verdicts import Result
 from orchestrator.launch.ledger import Ledger
-from orchestrator.report import asynchronous, bias, claim_inputs, late, missing, paper
-from orchestrator.report import baselines as base_models
+from orchestrator.report import asynchronous, base_models, bias, claim_inputs, late, missing, paper
 from orchestrator.report.histories import read_histories
 from orchestrator.report.page import render_html, render_markdown
-from orchestrator.status.baselines import baseline_rows, current_baselines
+from orchestrator.status.baseline_rows import baseline_rows, current_baselines
 from orchestrator.status.cells import cell_rows, current_records, run_config
 from orchestrator.sweep.locate import sweep_dir_of
 from record.display import cell_name

@@ -10,7 +10,7 @@ from pathlib import Path
 from orchestrator.cluster.query import available
 from orchestrator.launch.ledger import settled
 from orchestrator.status import watcher
-from orchestrator.status.baselines import baseline_ids, baseline_rows, current_baselines
+from orchestrator.status.baseline_rows import baseline_ids, baseline_rows, current_baselines
 from orchestrator.status.cells import cell_rows, current_state, on_slurm
 
 

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.status import outcomes
-from orchestrator.status.baselines import baseline_rows
+from orchestrator.status.baseline_rows import baseline_rows
 from orchestrator.status.cells import cell_rows
 from orchestrator.status.current import read
 from orchestrator.status.digest import SUMMARY_ABOVE, digest

@@ -1,7 +1,8 @@
 """Baselines: the base models' own mean@k, evaluated once per sweep beside the trained cells (the paper's Figures
 5, 6 and 10 draw base Qwen2.5-7B with and without its chat template, and base Llama-3.1-8B-Instruct with it).
 
-A sweep declares them in its header (orchestrator/sweep/spec.py), each a model and eval settings:
+A sweep declares them in its header (read here, `parse_baselines`, for orchestrator/sweep/spec.py), each a model and
+eval settings:
 
     sweep:
       baselines:
@@ -13,12 +14,18 @@ own model and eval settings on top, and resolved in full. Its identity is what i
 eval, the prompt budget and tensor parallelism vLLM is given), never the training settings: a sweep that changes
 only its training reuses its baselines. Its run directory `<sweep dir>/baselines/<key>/` holds `config.yaml` and
 `baseline.json` (record/rundir.py), the marker that tells the evaluation to evaluate `model.name_or_path` itself
-(eval/target.py); its jobs and their ledger are orchestrator/launch/baselines.py's.
-"""
+(eval/target.py).
+
+A baseline passes every stage of the flow a cell does, so its code is four files, one in each stage that needs it
+(orchestrator/__init__.py says why not one folder): this one (declared, read, resolved), launch/baseline_jobs.py
+(their ledger, their state in words, the local executor's wait), status/baseline_rows.py (their rows with Slurm's
+states) and report/base_models.py (their reference lines and table in the report). A new baseline setting is read
+and named here; its column, if it needs one, is status/baseline_rows.py's and report/base_models.py's."""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +36,55 @@ from record.identity.run_key import canonical_json
 from trainer.config.run import RunConfig
 
 HASH_HEX = 8
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    """One entry of `sweep.baselines`: its place in the list and its (key, value) pairs, `model` first, then the
+    `eval.*` settings in key order, e.g. (("model", "qwen2.5-7b"), ("eval.chat_template", False))."""
+
+    index: int
+    settings: tuple[tuple[str, Any], ...]
+
+
+BASELINE_KEYS = "model (a config group option) and eval.* settings (e.g. eval.chat_template: false)"
+
+
+def parse_baselines(raw: Any, problems: list[str]) -> tuple[BaselineEntry, ...]:
+    """`sweep.baselines`: a list of {model: OPTION, eval.KEY: VALUE, ...}, each one evaluation of a base model.
+    Values are plain YAML (a list is one value), not sweep syntax: a baseline is one evaluation, not a grid."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        problems.append(f"sweep.baselines: {raw!r}; give a list of {{model: OPTION, eval.KEY: VALUE}}, e.g. "
+                        f"[{{model: qwen2.5-7b}}, {{model: qwen2.5-7b, eval.chat_template: false}}]")
+        return ()
+    out, seen = [], {}
+    for i, entry in enumerate(raw):
+        where = f"sweep.baselines[{i}]"
+        if not isinstance(entry, Mapping):
+            problems.append(f"{where}: {entry!r} is not a mapping; give {{model: OPTION, eval.KEY: VALUE}}")
+            continue
+        bad = [k for k in entry if not isinstance(k, str) or (k != "model" and not (k.startswith("eval.")
+                                                                                    and len(k) > 5))]
+        problems += [f"{where}.{k}: unknown key; a baseline sets {BASELINE_KEYS}" for k in bad]
+        model = entry.get("model")
+        if not isinstance(model, str) or not model:
+            problems.append(f"{where}.model: {model!r}; name the model's config group option, e.g. qwen2.5-7b "
+                            f"(sweeps/conf/model/)")
+        problems += [f"{where}.{k}: {v!r} is a mapping; give the value of one eval setting" for k, v in entry.items()
+                     if isinstance(v, Mapping)]
+        if bad or not isinstance(model, str) or any(isinstance(v, Mapping) for v in entry.values()):
+            continue
+        pairs = (("model", model), *sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in entry.items()
+                                           if k != "model"))
+        same = seen.get(repr(pairs))
+        if same is not None:
+            problems.append(f"{where}: the same baseline as sweep.baselines[{same}]; give each evaluation once")
+            continue
+        seen[repr(pairs)] = i
+        out.append(BaselineEntry(i, pairs))
+    return tuple(out)
 
 
 @dataclass(frozen=True)

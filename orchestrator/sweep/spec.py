@@ -17,6 +17,7 @@ from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 
 from orchestrator.cluster import sbatch_values as sv
+from orchestrator.sweep.baselines import BaselineEntry, parse_baselines
 from record.errors import raise_if
 
 _PARSER: list[OverridesParser] = []
@@ -90,15 +91,6 @@ def _first_line(err: Exception) -> str:
 
 
 @dataclass(frozen=True)
-class BaselineEntry:
-    """One entry of `sweep.baselines`: its place in the list and its (key, value) pairs, `model` first, then the
-    `eval.*` settings in key order, e.g. (("model", "qwen2.5-7b"), ("eval.chat_template", False))."""
-
-    index: int
-    settings: tuple[tuple[str, Any], ...]
-
-
-@dataclass(frozen=True)
 class SweepSpec:
     """The `sweep:` header: cells = union over `grid` blocks of (product of `axes` x the block's axes) x `seeds`."""
 
@@ -137,7 +129,7 @@ class SweepSpec:
         profile, overrides = _slurm(data.get("slurm", {}), problems)
         root = data.get("output_root", "runs")
         sv.file_path(problems, "sweep.output_root", root, "the directory of the run dirs and the Slurm logs")
-        baselines = _baselines(data.get("baselines", []), problems if deferred is None else deferred)
+        baselines = parse_baselines(data.get("baselines", []), problems if deferred is None else deferred)
         claims = data.get("claims") or []
         if not isinstance(claims, list):
             problems.append(f"sweep.claims: {claims!r}; give a list of claim ids, claims files and claims "
@@ -221,43 +213,3 @@ def _slurm(raw: Any, problems: list[str]) -> tuple[str, dict]:
                         f"{{time_min: 600}}")
         overrides = {}
     return profile, dict(overrides)
-
-
-BASELINE_KEYS = "model (a config group option) and eval.* settings (e.g. eval.chat_template: false)"
-
-
-def _baselines(raw: Any, problems: list[str]) -> tuple[BaselineEntry, ...]:
-    """`sweep.baselines`: a list of {model: OPTION, eval.KEY: VALUE, ...}, each one evaluation of a base model.
-    Values are plain YAML (a list is one value), not sweep syntax: a baseline is one evaluation, not a grid."""
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        problems.append(f"sweep.baselines: {raw!r}; give a list of {{model: OPTION, eval.KEY: VALUE}}, e.g. "
-                        f"[{{model: qwen2.5-7b}}, {{model: qwen2.5-7b, eval.chat_template: false}}]")
-        return ()
-    out, seen = [], {}
-    for i, entry in enumerate(raw):
-        where = f"sweep.baselines[{i}]"
-        if not isinstance(entry, Mapping):
-            problems.append(f"{where}: {entry!r} is not a mapping; give {{model: OPTION, eval.KEY: VALUE}}")
-            continue
-        bad = [k for k in entry if not isinstance(k, str) or (k != "model" and not (k.startswith("eval.")
-                                                                                    and len(k) > 5))]
-        problems += [f"{where}.{k}: unknown key; a baseline sets {BASELINE_KEYS}" for k in bad]
-        model = entry.get("model")
-        if not isinstance(model, str) or not model:
-            problems.append(f"{where}.model: {model!r}; name the model's config group option, e.g. qwen2.5-7b "
-                            f"(sweeps/conf/model/)")
-        problems += [f"{where}.{k}: {v!r} is a mapping; give the value of one eval setting" for k, v in entry.items()
-                     if isinstance(v, Mapping)]
-        if bad or not isinstance(model, str) or any(isinstance(v, Mapping) for v in entry.values()):
-            continue
-        pairs = (("model", model), *sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in entry.items()
-                                           if k != "model"))
-        same = seen.get(repr(pairs))
-        if same is not None:
-            problems.append(f"{where}: the same baseline as sweep.baselines[{same}]; give each evaluation once")
-            continue
-        seen[repr(pairs)] = i
-        out.append(BaselineEntry(i, pairs))
-    return tuple(out)

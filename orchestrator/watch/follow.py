@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from orchestrator.console import console
 from orchestrator.launch.ledger import Ledger, cell_status
-from orchestrator.tracking.sweep_run import close_parent
+from orchestrator.tracking.sweep import close_parent
 from orchestrator.watch.watcher import Watcher
 
 

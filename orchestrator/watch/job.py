@@ -16,10 +16,10 @@ from pathlib import Path
 from orchestrator.cluster.executor import SlurmBackend, load_options, submit_watcher, watcher_name
 from orchestrator.cluster.profile import mem_param
 from orchestrator.cluster.query import SlurmError
-from orchestrator.launch.baseline_ledger import baselines_settled
+from orchestrator.launch.baseline_jobs import baselines_settled
 from orchestrator.launch.ledger import Ledger, SweepBusy, cell_status, settled
 from orchestrator.status import watcher as ws
-from orchestrator.tracking.sweep_run import close_parent
+from orchestrator.tracking.sweep import close_parent
 from orchestrator.watch.watcher import Watcher
 from record.errors import UserError
 from record.rundir import read_json

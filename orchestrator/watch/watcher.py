@@ -29,7 +29,7 @@ from eval.shards import jobs_with_shards
 from orchestrator.cluster.entry import PREEMPTED_EXIT
 from orchestrator.cluster.options import load_options
 from orchestrator.cluster.query import SlurmError
-from orchestrator.launch.baseline_ledger import baseline_ledger, baselines_settled
+from orchestrator.launch.baseline_jobs import baseline_ledger, baselines_settled
 from orchestrator.launch.intents import submit_jobs
 from orchestrator.launch.ledger import (
     KINDS,
@@ -103,7 +103,7 @@ def decide(record: dict, verdict: str | None, now: float, max_retries: int = 3,
 
 def decide_baseline(record: dict, now: float, max_retries: int = 3, grace_s: float = REQUEUE_GRACE_S,
                     user_error: dict | None = None) -> Action | None:
-    """A baseline's next step (orchestrator/launch/baselines.py: one evaluation, nothing trained), by the cells'
+    """A baseline's next step (orchestrator/launch/baseline_jobs.py: one evaluation, nothing trained), by the cells'
     rules: an infrastructure failure resubmitted within the budget, a user's cancellation or a repeated error
     never; a completed evaluation made final. Pure."""
     if record.get("final"):

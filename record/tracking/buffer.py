@@ -1,7 +1,8 @@
-"""The tracking buffer: events not yet delivered to MLflow, on disk in the run directory, replayed in order.
+"""The tracking buffer: events not yet delivered to MLflow, on disk in the run directory, replayed in order (by the
+job's tracker; what a finished job left, by the login node's half, orchestrator/tracking/buffer.py).
 
-No mlflow import here (only record/tracker*.py that talk to MLflow have one): this is plain files and
-the rules for telling "the store is unreachable, retry" from "the request was wrong".
+No mlflow import here: this is plain files and the rules for telling "the store is unreachable, retry" from "the
+request was wrong".
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from record.tracking.key_rules import check_close_status, check_keys, check_run_key, flatten_params, metric_points
-from record.tracking.tracker import RUN_KEY_TAG, SWEEP_ID_TAG
+from record.tracking.run_names import RUN_KEY_TAG, SWEEP_ID_TAG
 
 
 class Tracker(Protocol):

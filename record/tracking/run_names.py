@@ -1,19 +1,25 @@
-"""What a cell's MLflow run and its sweep's parent run carry: names, `axis/` params, `sweep/` tags, the runs
-table's view. Pure (no mlflow import): the trainer opens its run with these (record/tracking/tracker.py talks to
-MLflow), the orchestrator closes the parent with the same tags (orchestrator/tracking/sweep_run.py).
+"""What a cell's MLflow run and its sweep's parent run carry, in one place: the tags that find them, names, `axis/`
+params, `sweep/` tags and params, and the experiment's view of the runs table. Pure (no mlflow import): the trainer
+opens its run with these (record/tracking/tracker.py talks to MLflow), the orchestrator closes the parent with the
+same tags (orchestrator/tracking/sweep.py). A new field a run carries starts here.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from record.display import cell_name, format_value
 from record.metric_keys import eval_metric_keys
 from record.tracking.key_rules import flatten_params
-from record.tracking.ui import VIEW_TAG_PREFIX, sweep_view, view_key
 
+# The tags that make the runs findable: a cell's run (and the sweep's parent) by its run_key, every run of a sweep
+# by its sweep_id, a cell under its parent by MLflow's own nesting tag (what the UI nests by).
+RUN_KEY_TAG = "run_key"
+SWEEP_ID_TAG = "sweep_id"
+PARENT_TAG = "mlflow.parentRunId"
 # The paper's axes (STYLE.md rule 12) -> where the resolved config holds them: a param on every cell, sweep axis or
 # not, so the runs table and the compare view line up cells of any sweep by them.
 PAPER_AXES = {"model": "model.name_or_path", "kl.estimator": "kl.estimator", "kl.placement": "kl.placement",
@@ -103,7 +109,7 @@ def parent_params(manifest: Mapping) -> dict[str, str]:
 
 
 def experiment_tags(sweep_id: str, manifest: Mapping, config: Mapping) -> dict[str, str]:
-    """The sweep's view of the runs table (tracking_ui.sweep_view), as the experiment tag that holds it: the
+    """The sweep's view of the runs table (`sweep_view`), as the experiment tag that holds it: the
     axes as columns (PAPER_AXES, then the sweep's own), each eval task's mean@k (the run's tasks and those of an
     `eval.tasks` axis), the final reward, the collapse verdict."""
     axes = dict.fromkeys([*PAPER_AXES, *(k for c in manifest.get("cells", []) for k in c.get("axes", {}))])
@@ -113,3 +119,29 @@ def experiment_tags(sweep_id: str, manifest: Mapping, config: Mapping) -> dict[s
     metrics = [eval_metric_keys(t, int(evaluation.get("k", 1)))["acc"] for t in tasks]
     view = sweep_view(sweep_id, [f"axis/{a}" for a in axes], [*metrics, "train/reward_mean"], ["collapse/verdict"])
     return {VIEW_TAG_PREFIX + view_key(sweep_id): view}
+
+
+# --- what the experiment carries: the sweep's view of the runs table --------------------------------------------
+
+# A sweep's view of the runs table. By default the table shows no param or metric column and nests a sweep's
+# cells, collapsed, under its parent (expansion cannot be shared). The UI's "shared view" can set the rest: an
+# experiment tag `mlflow.sharedViewState.<key>` holding the view as JSON, opened by `?viewStateShareKey=<key>`
+# (3878.*.chunk.js; the keys a view may set: main.*.js module 1395, without runsExpanded). Columns are named
+# `params.`<key>``; grouping by the sweep_id tag lists the cells (and the parent) under a row per sweep, with
+# the mean of each metric over them.
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+
+
+def view_key(sweep_id: str) -> str:
+    return "sweep-" + re.sub(r"[^\w.\-]", "_", sweep_id)
+
+
+def sweep_view(sweep_id: str, params: Iterable[str], metrics: Iterable[str], tags: Iterable[str] = ()) -> str:
+    """The shared view (JSON) of one sweep's runs: filtered to it, grouped by it, these columns in this order."""
+    columns = [*(f"params.`{k}`" for k in params), *(f"metrics.`{k}`" for k in metrics),
+               *(f"tags.`{k}`" for k in tags)]
+    widths = {c: 150 if c.startswith("metrics.") else 110 for c in columns}
+    return json.dumps({"searchFilter": f"tags.{SWEEP_ID_TAG} = '{sweep_id}'", "selectedColumns": columns,
+                       "columnOrder": columns, "columnWidths": widths,
+                       "groupBy": {"aggregateFunction": "average",
+                                   "groupByKeys": [{"mode": "tag", "groupByData": SWEEP_ID_TAG}]}})

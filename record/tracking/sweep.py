@@ -1,6 +1,11 @@
-"""MLflow across a sweep's runs, for the login node: closing the sweep's parent run once every cell is final, and
-reading the cells' metric histories for the report. Found through the `mlflow_run.json` each opened cell leaves in
-its run directory (record/tracking/tracker.py `read_run_file`).
+"""A sweep's runs, MLflow's half (why two halves: record/tracking/__init__.py): the calls the login node makes on
+them. Setting the sweep's parent run's tags and metrics and closing it once every cell is final
+(`close_sweep_parent`), logging the report onto it (`log_report_to_parent`), reading the cells' metric histories for
+the report (`metric_histories`), and retiring a cell's run before the cell trains again from step 0 under the same
+run_key (`retire_run`: a rerun after a change of gradient, orchestrator/launch/fingerprints.py). What the parent is
+given, and the links that open the sweep in the UI, are the login node's half: orchestrator/tracking/sweep.py.
+The runs are found through the `mlflow_run.json` each opened cell leaves in its run directory
+(record/tracking/tracker.py `read_run_file`).
 """
 
 from __future__ import annotations
@@ -9,9 +14,16 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from record.errors import UserError
 from record.tracking.buffer import is_transient
 from record.tracking.key_rules import check_close_status, check_keys, metric_points
+from record.tracking.run_names import RUN_KEY_TAG
+from record.tracking.store import sqlite_file
 from record.tracking.tracker import read_run_file
+
+# A retired run keeps every metric and artifact; its `run_key` tag gains a suffix so the tracker's next `open_run`
+# creates a new run, and this tag says why.
+SUPERSEDED_TAG = "superseded"
 
 
 def close_sweep_parent(run_dirs: Iterable[Path], status: str, tags: Mapping[str, str] | None = None,
@@ -56,10 +68,9 @@ def metric_histories(tracking_uri: str, run_ids: Mapping[str, str],
     step}}, from the store at `tracking_uri`; `run_ids` maps run_key -> MLflow run id (mlflow_run.json). A key
     a run never logged is left out; a run the store lacks (deleted) maps to {}. Raises ConnectionError when the
     store cannot be reached, a missing SQLite file included: reading never creates a store."""
-    if tracking_uri.startswith("sqlite:///"):
-        db = Path(tracking_uri[len("sqlite:///"):].split("?", 1)[0])
-        if not db.is_file():
-            raise ConnectionError(f"no MLflow database at {db}")
+    db = sqlite_file(tracking_uri)
+    if db is not None and not db.is_file():
+        raise ConnectionError(f"no MLflow database at {db}")
     # A report waits for one short timeout, not MLflow's default of 7 retries with backoff (minutes).
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
@@ -107,3 +118,25 @@ def log_report_to_parent(run_dirs: Iterable[Path], files: Iterable[Path], artifa
             raise
         return f"MLflow store unreachable ({exc}); the report is not logged to the sweep's parent run"
     return f"MLflow: the report and its claims logged to the sweep's parent run {parent} (artifacts: {artifact_path}/)"
+
+
+def retire_run(run_dir: Path, why: str) -> str | None:
+    """Retag the run `<run_dir>/mlflow_run.json` names; its run id, or None where the cell never opened one.
+    UserError when the store does not answer: nothing is moved before the old run is told apart."""
+    info = read_run_file(run_dir)
+    if not info.get("run_id") or not info.get("tracking_uri"):
+        return None
+    from mlflow import MlflowClient  # noqa: PLC0415 (heavy: only for a rerun)
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415
+
+    try:
+        client = MlflowClient(info["tracking_uri"])
+        run = client.get_run(info["run_id"])
+        key = run.data.tags.get(RUN_KEY_TAG, "")
+        if SUPERSEDED_TAG not in run.data.tags:
+            client.set_tag(run.info.run_id, RUN_KEY_TAG, f"{key}~{why}")
+            client.set_tag(run.info.run_id, SUPERSEDED_TAG, why)
+    except (MlflowException, OSError) as err:
+        raise UserError(f"cannot retire the MLflow run of {run_dir} at {info['tracking_uri']}: {err}; start the "
+                        f"tracking store (orchestrate tracking up) and run this again") from None
+    return run.info.run_id

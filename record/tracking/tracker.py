@@ -1,5 +1,5 @@
-"""Experiment tracking: a cell's MLflow run, as the jobs write it. mlflow is imported only under record/ (STYLE.md,
-"The house"): here, record/tracking/sweep.py (the sweep's parent and histories) and record/tracking/store_import.py.
+"""A cell's MLflow run, as the jobs write it: `MlflowTracker` (the module map and the two halves of tracking:
+record/tracking/__init__.py).
 
 Contract
 - One MLflow run per cell, found by its `run_key` tag: `open_run` creates it the first time and reopens it
@@ -32,7 +32,7 @@ import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
@@ -45,21 +45,11 @@ from record.tracking.key_rules import (
     flatten_params,
     metric_points,
 )
-from record.tracking.ui import (
-    EXPERIMENT_KIND,
-    EXPERIMENT_KIND_TAG,
-    VIEW_TAG_PREFIX,
-    experiment_url,
-    lead_first,
-)
-
-if TYPE_CHECKING:
-    pass
+from record.tracking.run_names import PARENT_TAG, RUN_KEY_TAG, SWEEP_ID_TAG, VIEW_TAG_PREFIX
+from record.tracking.store import sqlite_file
+from record.tracking.ui import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, experiment_url, lead_first
 
 log = logging.getLogger(__name__)
-
-RUN_KEY_TAG, SWEEP_ID_TAG, PARENT_TAG = "run_key", "sweep_id", "mlflow.parentRunId"
-
 
 def default_tracking_uri() -> str:
     """MLFLOW_TRACKING_URI, else a local SQLite store under ./runs (MLflow 3 refuses new file stores)."""
@@ -350,9 +340,9 @@ class MlflowTracker:
 def local_artifact_location(tracking_uri: str, experiment: str) -> str | None:
     """`<db dir>/mlartifacts/<experiment>` (a file URI) for a `sqlite:///` store, where MLflow would use
     `./mlruns` of the working directory; None for other stores (a server has its own artifact root)."""
-    if not tracking_uri.startswith("sqlite:///"):
+    db = sqlite_file(tracking_uri)
+    if db is None:
         return None
-    db = Path(tracking_uri[len("sqlite:///"):].split("?", 1)[0])
     return (db.resolve().parent / "mlartifacts" / re.sub(r"[^\w.\-]", "_", experiment)).as_uri()
 
 

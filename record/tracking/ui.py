@@ -8,6 +8,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+from record.tracking.run_names import SWEEP_ID_TAG
+from record.tracking.store import sqlite_file
+
 # Where the MLflow UI lands. Read from MLflow 3.17.2's UI bundle (mlflow/server/js/build/static/js: main.*.js
 # module 31080, 5439.*.chunk.js module 24546) and checked with headless Chromium:
 # - `#/experiments/<id>` redirects to a tab chosen by a *global* "workflow type" (the sidebar switch
@@ -22,7 +25,6 @@ EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_de
 UI_QUERY = "workflowType=machine_learning"
 # A local store (SQLite, files) has no UI of its own: `make mlflow-ui` (or `serve_command`) serves it here.
 LOCAL_UI = "http://127.0.0.1:5000"
-SWEEP_TAG = "sweep_id"  # record/tracking/tracker.py SWEEP_ID_TAG: every cell and the sweep's parent carry it
 
 
 def ui_base(tracking_uri: str) -> str:
@@ -41,32 +43,8 @@ def experiment_url(tracking_uri: str, experiment_id: str, sweep_id: str | None =
     if view_key:
         query += f"&viewStateShareKey={quote(view_key, safe='')}"
     elif sweep_id:
-        query += "&searchFilter=" + quote(f"tags.{SWEEP_TAG} = '{sweep_id}'", safe="")
+        query += "&searchFilter=" + quote(f"tags.{SWEEP_ID_TAG} = '{sweep_id}'", safe="")
     return f"{ui_base(tracking_uri)}/#/experiments/{experiment_id}/runs?{query}"
-
-
-# A sweep's view of the runs table. By default the table shows no param or metric column and nests a sweep's
-# cells, collapsed, under its parent (expansion cannot be shared). The UI's "shared view" can set the rest: an
-# experiment tag `mlflow.sharedViewState.<key>` holding the view as JSON, opened by `?viewStateShareKey=<key>`
-# (3878.*.chunk.js; the keys a view may set: main.*.js module 1395, without runsExpanded). Columns are named
-# `params.`<key>``; grouping by the sweep_id tag lists the cells (and the parent) under a row per sweep, with
-# the mean of each metric over them.
-VIEW_TAG_PREFIX = "mlflow.sharedViewState."
-
-
-def view_key(sweep_id: str) -> str:
-    return "sweep-" + re.sub(r"[^\w.\-]", "_", sweep_id)
-
-
-def sweep_view(sweep_id: str, params: Iterable[str], metrics: Iterable[str], tags: Iterable[str] = ()) -> str:
-    """The shared view (JSON) of one sweep's runs: filtered to it, grouped by it, these columns in this order."""
-    columns = [*(f"params.`{k}`" for k in params), *(f"metrics.`{k}`" for k in metrics),
-               *(f"tags.`{k}`" for k in tags)]
-    widths = {c: 150 if c.startswith("metrics.") else 110 for c in columns}
-    return json.dumps({"searchFilter": f"tags.{SWEEP_TAG} = '{sweep_id}'", "selectedColumns": columns,
-                       "columnOrder": columns, "columnWidths": widths,
-                       "groupBy": {"aggregateFunction": "average",
-                                   "groupByKeys": [{"mode": "tag", "groupByData": SWEEP_TAG}]}})
 
 
 def compare_url(tracking_uri: str, experiment_id: str, run_ids: Iterable[str]) -> str:
@@ -105,8 +83,8 @@ def shown_uri(uri: str, base: Path | None = None) -> str:
     """A store's URI as a report names it, which travels to other machines: a local SQLite file relative to `base`
     (default: the working directory) where it lies under it, else by its file name alone; a server's URL without
     its credentials. No machine's absolute path, no password."""
-    if uri.startswith("sqlite:///"):
-        db = Path(uri[len("sqlite:///"):].split("?", 1)[0])
+    db = sqlite_file(uri)
+    if db is not None:
         try:
             return f"sqlite:///{db.resolve().relative_to((base or Path.cwd()).resolve())}"
         except ValueError:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.launch.baseline_ledger import baseline_ledger
+from orchestrator.launch.baseline_jobs import baseline_ledger
 
 REPO = Path(__file__).resolve().parents[2]
 

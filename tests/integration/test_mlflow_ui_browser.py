@@ -1,5 +1,5 @@
 """The MLflow UI in a real browser (headless Debian Chromium) over a real sweep's store, opened by the links the
-project prints (`orchestrate status`, `make mlflow-ui`: orchestrator/tracking/sweep_run.py `links`).
+project prints (`orchestrate status`, `make mlflow-ui`: orchestrator/tracking/sweep.py `links`).
 
 The sweep is the smoke sweep run for real by the local executor with the probe jobs (seconds, not the minutes of
 real training); each cell's MLflow run is then opened through the trainer's own `_open_tracker` and the eval
@@ -39,7 +39,7 @@ def build_sweep(root: Path, uri: str) -> dict[str, dict]:
     import yaml
 
     from orchestrator.launch.ledger import Ledger
-    from orchestrator.tracking.sweep_run import close_parent
+    from orchestrator.tracking.sweep import close_parent
     from record.metric_keys import eval_metric_keys
     from record.tracking.tracker import MlflowTracker
     from trainer.config.run import RunConfig
@@ -97,7 +97,7 @@ def test_the_printed_links_open_the_sweeps_runs_table_and_compare_view(tmp_path,
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     records = build_sweep(tmp_path, uri)
 
-    from orchestrator.tracking.sweep_run import links
+    from orchestrator.tracking.sweep import links
     from record.tracking.ui import LOCAL_UI
 
     lines = links(records)

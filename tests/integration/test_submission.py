@@ -245,7 +245,7 @@ def test_one_real_cell_trains_the_tiny_model_on_two_ranks_and_is_evaluated(make)
     # The sweep's parent MLflow run: RUNNING while its cell trained, FINISHED once the watcher saw it settle.
     from mlflow import MlflowClient
 
-    from orchestrator.tracking.sweep_run import close_parent
+    from orchestrator.tracking.sweep import close_parent
     from record.tracking.tracker import read_run_file
 
     where = read_run_file(run_dir)

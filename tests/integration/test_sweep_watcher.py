@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.launch.baseline_ledger import baseline_ledger
+from orchestrator.launch.baseline_jobs import baseline_ledger
 from orchestrator.launch.ledger import Ledger, attempts, latest
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import make_plan

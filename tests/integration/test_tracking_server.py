@@ -18,8 +18,8 @@ from base64 import b64encode
 
 import pytest
 
-from orchestrator.tracking.check import problems
 from orchestrator.tracking.postgres import free_port
+from orchestrator.tracking.store import problems
 from tests.support.tracking_server import open_tmp_dir
 
 pytestmark = pytest.mark.slow
@@ -104,7 +104,7 @@ def test_another_address_asks_for_auth_and_auth_refuses_anonymous_requests(data_
                             f"'http://127.0.0.1:{port}').create_experiment('authed'))"],
                            env=env, capture_output=True, text=True, timeout=120)
     assert probe.returncode == 0, probe.stderr[-2000:]
-    # `orchestrate sweep` checks the same before it submits (orchestrator/tracking/check.py)
+    # `orchestrate sweep` checks the same before it submits (orchestrator/tracking/store.py)
     for name in ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     refused = problems({f"http://127.0.0.1:{port}": "tracking.tracking_uri"})

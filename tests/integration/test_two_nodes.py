@@ -348,9 +348,9 @@ def test_preflight_fails_a_tracking_uri_that_only_the_login_node_reaches(pair, n
     fix (the address the nodes reach), exit 1; nothing of the sweep is written, nothing reaches the store."""
     from mlflow import MlflowClient  # noqa: PLC0415
 
-    from orchestrator.tracking.check import check_stores  # noqa: PLC0415
     from orchestrator.tracking.postgres import free_port  # noqa: PLC0415
     from orchestrator.tracking.server import down, up  # noqa: PLC0415
+    from orchestrator.tracking.store import check_stores  # noqa: PLC0415
     from tests.support.probe_sweep import SMALL, orchestrate  # noqa: PLC0415
     from tests.support.tracking_server import open_tmp_dir  # noqa: PLC0415
 

@@ -1,7 +1,7 @@
 """Baselines in a sweep file (orchestrator/sweep/spec.py, orchestrator/sweep/baselines.py): each entry checked, every
 problem of every entry at once beside the cells', each resolved like a cell with its own model and eval settings,
 its identity what the evaluation computes; the relaunch rule (orchestrator/launch/plan.py `triage_baselines`);
-and the report's matching of baselines to the cells of their model (orchestrator/report/baselines.py)."""
+and the report's matching of baselines to the cells of their model (orchestrator/report/base_models.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import yaml
 
 from orchestrator.launch.materialise import materialise_baselines
 from orchestrator.launch.plan import triage_baselines
-from orchestrator.report.baselines import references
+from orchestrator.report.base_models import references
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.sweep.spec import SweepSpec
 from record.errors import ConfigError, UserError

@@ -1,15 +1,19 @@
-"""Data preparation and checking (eval/prepare.py, eval/local_data.py), with fixture files in the hub's schemas."""
+"""Data preparation and checking (eval/prepare.py, eval/local_data.py), with fixture files in the hub's schemas;
+where the data directory is by default (trainer/tasks/data.py)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from eval import local_data
 from eval.prepare import PrepareError, math_rows, math_squared_rows, mmlu_rows, prepare
+from orchestrator.cli import build_parser
 from record.rundir import sha256_file
 from tests.fixtures.eval_data import COUNTDOWN_SIZES, FIXTURE_ROWS, fixture_fetch, prepare_fixture_data
+from trainer.tasks import data as task_data
 from trainer.tasks.common import read_jsonl
 
 
@@ -110,3 +114,16 @@ def test_converters_refuse_what_they_cannot_map():
     with pytest.raises(ValueError, match="5 choices"):
         mmlu_rows({"test": [{"question": "q", "choices": list("abcde"), "answer": 0}], "validation": [], "dev": []},
                   "college_physics")
+
+
+def test_one_rule_names_the_data_directory_and_the_help_says_it(monkeypatch, capsys):
+    """$COMEDY_DATA, else the checkout's data/ (not the working directory's): trainer/tasks/data.py `data_dir`,
+    which the jobs, `orchestrate eval` and `orchestrate data prepare` use, and which the help quotes."""
+    monkeypatch.delenv(task_data.DATA_ENV, raising=False)
+    assert task_data.data_dir() == Path(task_data.__file__).resolve().parents[2] / "data"
+    monkeypatch.setenv(task_data.DATA_ENV, "/shared/comedy-data")
+    assert task_data.data_dir() == Path("/shared/comedy-data")
+    with pytest.raises(SystemExit):
+        build_parser("data").parse_args(["data", "prepare", "--help"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert f"default: {task_data.DATA_DIR_RULE}" in said and "./data" not in said

@@ -294,7 +294,7 @@ def test_no_module_re_exports_what_it_imports(package):
 
 def test_mlflow_is_imported_only_under_record():
     found = mlflow_outside_record()
-    assert not found, "MLflow is record/'s (record/tracker*.py):\n" + "\n".join(found)
+    assert not found, "MLflow is record/'s (record/tracking/; why: its __init__.py):\n" + "\n".join(found)
 
 
 def test_an_import_inside_a_function_is_a_heavy_one_deferred_on_purpose():

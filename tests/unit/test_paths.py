@@ -1,6 +1,6 @@
 """Every path a job reads is resolved at submission into the cell's config, checked with one problem per missing
 thing and its fix, and never changes the cell's identity (orchestrator/cluster/paths.py); a Slurm sweep whose jobs
-would write SQLite directly is refused (orchestrator/tracking/check.py)."""
+would write SQLite directly is refused (orchestrator/tracking/store.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from huggingface_hub import constants as hf_constants
 from orchestrator.cluster import paths
 from orchestrator.cluster.paths import Resolver, missing_parts
 from orchestrator.sweep.expand import load_sweep
-from orchestrator.tracking.check import sqlite_written_by_jobs
+from orchestrator.tracking.store import sqlite_written_by_jobs
 from record.identity.run_key import run_key
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,7 +1,8 @@
 """Slurm's signals in a training job (trainer/run/preempt.py): the warning (SIGUSR2) means checkpoint and requeue,
 SIGTERM means Slurm is ending the job (a user's scancel, even `scancel --signal=KILL`, which Slurm 22.05 delivers
 as SIGCONT, SIGTERM, then SIGKILL: measured on the local cluster) and the job must not ask to be requeued: that
-request brought killed jobs back under the same id behind the watcher's back."""
+request brought killed jobs back under the same id behind the watcher's back. An evaluation job's (eval/signals.py)
+requeues at once on the warning, with nothing to save."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from eval.signals import ACTOR as EVAL_ACTOR
+from eval.signals import install_for_evaluation
 from record.rundir import RunDir
 from trainer.run.preempt import ACTOR, Preemption, install, requeue_self
 
@@ -127,3 +130,22 @@ def test_a_training_job_takes_slurms_signals_from_submitit_at_its_first_line(tmp
         if isinstance(owner_obj, Preemption):
             owner_obj.restore()
         signal.signal(signal.SIGUSR2, previous)
+
+
+@pytest.mark.parametrize("rc", [0, 1])
+def test_an_evaluation_job_requeues_at_once_on_the_warning_and_names_its_own_code(tmp_path, monkeypatch, rc):
+    """eval/signals.py: the warning leaves at once (0 when Slurm took the requeue, else the given exit code), the
+    request written down under the evaluation's name; SIGTERM ends it (143) and asks for nothing."""
+    calls = _stand_in_scontrol(tmp_path, monkeypatch, rc)
+    restore = install_for_evaluation(tmp_path, lambda: 4, 75)
+    try:
+        with pytest.raises(SystemExit) as left:
+            os.kill(os.getpid(), signal.SIGUSR2)
+        assert left.value.code == (0 if rc == 0 else 75)
+        (record,) = [json.loads(line) for line in RunDir(tmp_path).requeues.read_text().splitlines()]
+        assert (record["by"], record["step"]) == (EVAL_ACTOR, 4) and "evaluation" in EVAL_ACTOR
+        with pytest.raises(SystemExit) as ended:
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert ended.value.code == 128 + signal.SIGTERM and calls.read_text().split() == ["requeue", "40_1"]
+    finally:
+        restore()

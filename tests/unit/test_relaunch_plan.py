@@ -11,7 +11,7 @@ from pathlib import Path
 
 from orchestrator.cluster.executor import Options
 from orchestrator.launch import ledger as L
-from orchestrator.launch.baseline_ledger import baseline_ledger
+from orchestrator.launch.baseline_jobs import baseline_ledger
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import decide, make_plan
 from orchestrator.launch.submit import launch

@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from record.tracking.store import _schema_done, _schema_marker, ensure_store
+from record.tracking.store import _schema_done, _schema_marker, ensure_store, sqlite_file
+from record.tracking.tracker import local_artifact_location
+from record.tracking.ui import shown_uri
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,3 +37,14 @@ def test_a_store_replaced_by_a_fresh_file_gets_its_schema_again(tmp_path):
     code = f"from record.tracking.store import ensure_store; ensure_store({f'sqlite:///{db}'!r})"
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, capture_output=True)
     assert _schema_done(db)
+
+
+def test_one_reading_of_a_sqlite_uri_serves_the_schema_the_artifacts_and_the_report(tmp_path):
+    """record/tracking/store.py `sqlite_file` is the one parse of `sqlite:///PATH?query`: the artifacts go beside
+    that file, and a report names it relative to its base; a server's URI is no file."""
+    db = tmp_path / "runs" / "mlflow.db"
+    uri = f"sqlite:///{db}?timeout=30"
+    assert sqlite_file(uri) == db and sqlite_file("http://127.0.0.1:5000") is None
+    assert local_artifact_location(uri, "comedy") == (db.parent / "mlartifacts" / "comedy").as_uri()
+    assert shown_uri(uri, tmp_path) == "sqlite:///runs/mlflow.db"
+    assert local_artifact_location("http://127.0.0.1:5000", "comedy") is None

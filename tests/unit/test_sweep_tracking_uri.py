@@ -12,7 +12,7 @@ import yaml
 from orchestrator.cli import main
 from orchestrator.cluster.profile import PROFILES
 from orchestrator.sweep.expand import load_sweep
-from orchestrator.tracking.check import job_uris, problems
+from orchestrator.tracking.store import job_uris, problems
 from trainer.config.run import ConfigError
 
 SMOKE = Path(__file__).resolve().parents[2] / "sweeps" / "smoke.yaml"

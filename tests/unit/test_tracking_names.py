@@ -16,7 +16,7 @@ from orchestrator.launch.ledger import Ledger, finish, new_record
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import make_plan
 from orchestrator.sweep.expand import load_sweep
-from orchestrator.tracking.sweep_run import close_parent, links, summary_fields
+from orchestrator.tracking.sweep import close_parent, links, summary_fields
 from record.tracking.run_names import axis_params, sweep_tags
 from record.tracking.tracker import MlflowTracker
 from record.tracking.ui import compare_url, experiment_url, lead_first, serve_command

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from orchestrator.cluster.entry import PREEMPTED_EXIT
 from orchestrator.launch import ledger as L
-from orchestrator.launch.baseline_ledger import baseline_ledger
+from orchestrator.launch.baseline_jobs import baseline_ledger
 from orchestrator.launch.ledger import Ledger
 from orchestrator.launch.plan import triage
 from orchestrator.watch.watcher import REQUEUE_GRACE_S, Watcher, decide, decide_baseline
@@ -166,7 +166,7 @@ def test_a_relaunch_submits_only_what_is_missing():
 
 
 def test_sweep_status_of_a_settled_sweep():
-    from orchestrator.tracking.sweep_run import sweep_status
+    from orchestrator.tracking.sweep import sweep_status
 
     def records(*ends):
         return {str(i): {"final": {"status": e}} for i, e in enumerate(ends)}

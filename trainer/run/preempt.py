@@ -23,6 +23,9 @@ its arithmetic). All ranks must checkpoint at the same step (saving is collectiv
 an all-reduce; then rank 0 alone asks for the requeue (one request requeues every task of the job) and writes it
 down in `<run_dir>/requeues.jsonl`, with a `[requeue]` line in the job's log. A warning after the last step is
 ignored: the run has nothing left to do.
+
+An evaluation job's signals are eval/signals.py's: it installs this handler and asks for its requeue through
+`requeue_self`, with handlers of its own (nothing to save at a boundary).
 """
 
 from __future__ import annotations
@@ -41,7 +44,6 @@ if TYPE_CHECKING:  # annotations only: this module is imported by the job's entr
     import torch
 
 ACTOR = "trainer/run/preempt.py"  # what a requeue record names as the code that asked for it
-EVAL_ACTOR = "trainer/run/preempt.py (evaluation)"
 
 
 class Preemption:
@@ -91,39 +93,6 @@ def install() -> tuple[Preemption, bool]:
         _OWNER = Preemption()
         return _OWNER, True
     return _OWNER, False
-
-
-def install_for_evaluation(run_dir: str | os.PathLike, step_of, exit_code: int):
-    """An evaluation job's handling of Slurm's signals (orchestrator/cluster/entry.py `run_eval`). Its progress is
-    its finished shards, each saved when it ends (eval/shards.py), so there is nothing to save at a boundary: on the
-    warning (SIGUSR2) it asks for its requeue at once, losing only the shard in flight, and leaves (`exit_code`
-    when Slurm refused: the watcher resubmits it); SIGTERM ends it (143), never requeued. `step_of()`: the
-    checkpoint step it evaluates, for the record (None before it is known). Returns what puts the handlers back
-    (an evaluation run inside another process, a test's)."""
-    owner, mine = install()
-
-    def handle(signum, frame) -> None:
-        owner._handle(signum, frame)
-        if signum != signal.SIGUSR2:
-            raise SystemExit(128 + signum)
-        step = step_of()
-        accepted = requeue_self(run_dir, -1 if step is None else step, "finished shards kept", EVAL_ACTOR)
-        raise SystemExit(0 if accepted else exit_code)
-
-    previous = {}
-    for sig in Preemption.SIGNALS:
-        try:
-            previous[sig] = signal.signal(sig, handle)
-        except ValueError:  # not the main thread: no signals
-            pass
-
-    def restore() -> None:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if mine:
-            owner.restore()
-
-    return restore
 
 
 def requeue_self(run_dir: str | os.PathLike, step: int, kept: str = "checkpoint saved",

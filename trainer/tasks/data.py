@@ -47,9 +47,16 @@ DEFAULT_FILES = {("math", "train"): "math_train.jsonl", ("math", "test"): "math_
 GENERATED = {"tiny": tiny_task, "fractions": fraction_task, "small_sums": small_sums_task}
 
 
+# The data directory: where `orchestrate data prepare` writes, the jobs read and `orchestrate eval` looks. One rule,
+# here (the lowest layer that reads it); the commands' help says it in DATA_DIR_RULE's words.
+DATA_ENV = "COMEDY_DATA"
+CHECKOUT_DATA = Path(__file__).resolve().parents[2] / "data"  # the checkout's data/, wherever a command starts
+DATA_DIR_RULE = f"${DATA_ENV}, else the checkout's data/ ({CHECKOUT_DATA})"
+
+
 def data_dir() -> Path:
-    """$COMEDY_DATA, else <repo>/data: where `orchestrate data prepare` writes."""
-    return Path(os.environ.get("COMEDY_DATA") or Path(__file__).resolve().parents[2] / "data")
+    """The data directory: DATA_DIR_RULE."""
+    return Path(os.environ.get(DATA_ENV) or CHECKOUT_DATA)
 
 
 def load_examples(cfg: DataConfig, split: str) -> list[dict]:

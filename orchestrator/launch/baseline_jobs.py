@@ -1,8 +1,11 @@
-"""The baselines' jobs with the local executor: `orchestrate sweep` waits for them after the cells.
+"""The baselines' jobs: where their evaluations are kept, `<sweep dir>/baselines/`, their run dirs and a ledger of
+their own (orchestrator/launch/ledger.py's format, evaluation attempts only), so the cells' watcher and status never
+take a baseline for a cell; each record's state in words; and, with the local executor, the wait for them that
+`orchestrate sweep` does after the cells. Light on purpose: `orchestrate status` reads it.
 
 A baseline (orchestrator/sweep/baselines.py) is one evaluation, nothing trained. It is planned with the cells
-(orchestrator/launch/plan.py: its arrays, `triage_baselines`), submitted with them (orchestrator/launch/submit.py,
-through the intent protocol), and kept in a ledger of its own (orchestrator/launch/baseline_ledger.py). Between
+(orchestrator/launch/plan.py: its arrays, `triage_baselines`), its run dir written by orchestrator/launch/materialise.py
+(`materialise_baselines`), submitted with them (orchestrator/launch/submit.py, through the intent protocol). Between
 launches the watcher follows them by the cells' rules (orchestrator/watch/watcher.py `decide_baseline`).
 """
 
@@ -11,9 +14,34 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from orchestrator.launch.baseline_ledger import baseline_ledger, baseline_state
 from orchestrator.launch.ledger import LIVE, Ledger, finish, latest
 from orchestrator.launch.reconcile import refresh
+
+DIR = "baselines"
+
+
+def sweep_baselines_dir(sweep_dir: Path) -> Path:
+    return Path(sweep_dir) / DIR
+
+
+def baseline_ledger(sweep_dir: Path) -> Ledger:
+    return Ledger(Path(sweep_dir) / DIR)
+
+
+def baselines_settled(sweep_dir: Path, declared: tuple[str, ...] | list[str] = ()) -> bool:
+    """Every baseline's evaluation is final (none: true), and each of `declared` (keys a launch is about to
+    submit) has a record: what the watcher waits for besides the cells."""
+    records = baseline_ledger(sweep_dir).records()
+    return all(key in records for key in declared) and all(r.get("final") for r in records.values())
+
+
+def baseline_state(record: dict) -> str:
+    """planned, submitting, pending, evaluating, done, or the job's state (failed, ...)."""
+    ev = latest(record, "eval")
+    if ev is None or ev["state"] == "LOST":
+        return "planned"
+    return {"INTENT": "submitting", "SUBMITTED": "pending", "PENDING": "pending", "RUNNING": "evaluating",
+            "COMPLETED": "done"}.get(ev["state"], ev["state"].lower())
 
 
 def wait_baselines(sweep_dir: Path, backend, poll_s: float = 2.0, timeout_s: float | None = None) -> dict[str, str]:

@@ -1,5 +1,5 @@
 """The base models' mean@k in the report, as the paper's Figures 5, 6 and 10 show them beside the trained models
-("Baseline (CT)", "Baseline (No-CT)"): pure functions from the baselines' rows (orchestrator/status/baselines.py
+("Baseline (CT)", "Baseline (No-CT)"): pure functions from the baselines' rows (orchestrator/status/baseline_rows.py
 `baseline_rows`). orchestrator/report/plots.py draws each as a reference line in the final mean@k figure of the
 cells it belongs to; `blocks` lists them all as a table.
 

@@ -1,11 +1,10 @@
-"""The sweep in MLflow, from the login node: the parent run's summary and close once the sweep settles, the links
-that open the sweep in the UI, and the metric histories `orchestrate report` draws. The jobs write through
-`MlflowTracker` (record/tracking/tracker.py) and name their runs with record/tracking/run_names.py; this reads or
-finishes what they left, found through the `mlflow_run.json` of each cell's run directory.
+"""A sweep's runs, the login node's half (why two halves: record/tracking/__init__.py): what the sweep's parent run is
+given once the sweep settles (`sweep_status`, `summary_fields`, `close_parent`) and the links that open the sweep in
+the UI (`links`), read from the ledger's records and `orchestrate status`'s rows. The calls into MLflow that carry
+them out are record/tracking/sweep.py's.
 
-`python -m orchestrator.tracking.sweep_run [DIR]` prints the links of every sweep under DIR (default `runs`): what
-`make mlflow-ui` shows before it serves the default store.
-"""
+`python -m orchestrator.tracking.sweep [DIR]` prints the links of every sweep under DIR (default `runs`): what
+`make mlflow-ui` shows before it serves the default store."""
 
 from __future__ import annotations
 
@@ -16,10 +15,10 @@ from pathlib import Path
 from orchestrator.launch.ledger import Ledger
 from orchestrator.status import outcomes
 from orchestrator.status.cells import cell_rows
-from record.tracking.run_names import read_manifest, sweep_tags
+from record.tracking.run_names import read_manifest, sweep_tags, view_key
 from record.tracking.sweep import close_sweep_parent
 from record.tracking.tracker import read_run_file
-from record.tracking.ui import compare_url, experiment_url, serve_command, view_key
+from record.tracking.ui import compare_url, experiment_url, serve_command
 
 
 def sweep_status(records: dict[str, dict]) -> str:

@@ -1,4 +1,4 @@
-"""The baselines as `status` and `report` see them: their ledger (orchestrator/launch/baselines.py writes it) with
+"""The baselines as `status` and `report` see them: their ledger (orchestrator/launch/baseline_jobs.py writes it) with
 Slurm's current states applied in memory, and the mean@k each evaluation wrote. Reads only."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.cluster.query import SlurmError, available, sacct
-from orchestrator.launch.baseline_ledger import baseline_ledger, baseline_state
+from orchestrator.launch.baseline_jobs import baseline_ledger, baseline_state
 from orchestrator.launch.ledger import apply_slurm_states, attempts, latest, to_poll
 from orchestrator.status.outcomes import eval_metrics
 from record.errors import UserError

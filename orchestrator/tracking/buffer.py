@@ -1,11 +1,11 @@
-"""What a sweep's jobs could not deliver to their tracking store (issue 31, item 3): each cell's undelivered events
-(buffered in its run directory, record/tracking/buffer.py, by a job that could not reach the store) counted, and
-delivered from the login node by `orchestrate tracking flush SWEEP`.
+"""What a sweep's jobs could not deliver to their tracking store, the login node's half (why two halves:
+record/tracking/__init__.py; issue 31, item 3): each cell's undelivered events (buffered in its run directory,
+record/tracking/buffer.py, by a job that could not reach the store) counted, and delivered from the login node by
+`orchestrate tracking flush SWEEP`.
 
 Delivery is the tracker's own replay (record/tracking/tracker.py `open_run`): in order, each metric point once, whatever
 an earlier replay cut short already sent. A cell whose job is live is left alone: the buffer has one writer, its job,
-which delivers it itself (record/tracking/buffer.py).
-"""
+which delivers it itself (record/tracking/buffer.py)."""
 
 from __future__ import annotations
 

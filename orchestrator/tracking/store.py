@@ -1,9 +1,10 @@
-"""Before a sweep submits anything: can its jobs' tracking stores be reached? (Plain HTTP; mlflow only to give a
-fresh SQLite store its schema, through record/tracking/tracker.py.)
+"""A sweep's tracking stores, the login node's half (why two halves: record/tracking/__init__.py): before a sweep
+submits anything, can its jobs' stores be reached (plain HTTP, or TCP for a database), and would its jobs write a
+SQLite store directly from compute nodes? A fresh SQLite store gets its schema here too, through
+record/tracking/store.py, MLflow's half.
 
 A job whose server is down does not fail (it buffers, record/tracking/buffer.py), so a wrong URI would
-only show hours later as runs missing from the UI. Checking at submission costs one request per store.
-"""
+only show hours later as runs missing from the UI. Checking at submission costs one request per store."""
 
 from __future__ import annotations
 
