@@ -1,5 +1,5 @@
-"""KL estimators' placements, as pure tensor functions (the paper's section 3); the estimators k1, k2, k3 and
-their registry are trainer/objective/estimators.py.
+"""Where the KL enters the objective (its placements) and which gradient that follows, as pure tensor functions
+(the paper's section 3). The estimators k1, k2, k3 and their registry: trainer/objective/estimators.py.
 
 Notation (per response token t, sampled from the behaviour policy mu):
     log r_t = log pi_ref(y_t|y<t) - log pi_theta(y_t|y<t)
@@ -80,7 +80,7 @@ def kl_loss_per_token(
     if loss_form == "plain":
         return k
     if est.sg_rho:
-        return rho.detach() * k  # sg(rho): k2's own gradient already carries k1 * grad log pi
+        return rho.detach() * k  # sg(rho): k_t's own gradient already carries the score (k2's: k1 * grad log pi)
     return rho * k
 
 
