@@ -2,7 +2,12 @@
 
 Keys are namespaced (`train/`, `perf/`, `val/`, `async/`, `eval/`) and never contain `@`, which MLflow refuses:
 the paper's Pass@1 is `pass_at_1`, mean@32 is `mean_at_32`. A `<placeholder>` stands for a validation split, an
-eval task or a sample count; `metric_key` fills it in. A test checks that docs/metrics.md lists every key here.
+eval task, a sample count or a KL estimator; `metric_key` fills it in, `template_of` finds the entry a filled-in
+key belongs to. A test checks that docs/metrics.md lists every key here.
+
+The KL estimators are the trainer's registry (trainer/objective/estimators.py), which this layer may not import:
+so one entry, `train/kl_<estimator>`, stands for all of them, and an estimator registered there is logged under
+its own key with nothing added here. tests/unit/test_metrics_doc.py holds docs/metrics.md to the registry.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ import re
 
 TRAIN_REWARD_MEAN = "train/reward_mean"
 TRAIN_ACCURACY = "train/accuracy"
-TRAIN_KL_K1, TRAIN_KL_K2, TRAIN_KL_K3 = "train/kl_k1", "train/kl_k2", "train/kl_k3"
+TRAIN_KL_ESTIMATOR = "train/kl_<estimator>"
+TRAIN_KL_K1 = "train/kl_k1"  # the paper's K1, which the collapse rules and the progress line follow
 TRAIN_ENTROPY = "train/entropy"
 TRAIN_RESPONSE_LENGTH = "train/response_length"
 TRAIN_TRUNCATION_RATE = "train/truncation_rate"
@@ -32,15 +38,12 @@ TRAIN_ADVANTAGE_MEAN = "train/advantage_mean"
 EVAL_PASS_AT_K = "eval/<task>/pass_at_<k>"
 EVAL_MAJ_AT_K = "eval/<task>/maj_at_<k>"
 
-_KL = ("sequence-level {} estimate of the reverse KL[pi_theta, pi_ref]: summed over a response's tokens, averaged "
-       "over the batch's responses (the policy's own samples); all three are logged whichever estimator is optimised")
-
 METRICS: dict[str, str] = {
     TRAIN_REWARD_MEAN: "mean task reward of the batch's responses, before any KL shaping",
     TRAIN_ACCURACY: "fraction of the batch's responses graded correct (equals reward_mean for 0/1 rewards)",
-    TRAIN_KL_K1: _KL.format("k1 = -log r (r = pi_ref / pi_theta)"),
-    TRAIN_KL_K2: _KL.format("k2 = (log r)^2 / 2"),
-    TRAIN_KL_K3: _KL.format("k3 = r - 1 - log r"),
+    TRAIN_KL_ESTIMATOR: "sequence-level estimate of the reverse KL[pi_theta, pi_ref] by one registered estimator "
+                        "(e.g. train/kl_k1): summed over a response's tokens, averaged over the batch's responses "
+                        "(the policy's own samples); every estimator is logged whichever one is optimised",
     TRAIN_ENTROPY: "mean per-token entropy of the policy over response tokens",
     TRAIN_RESPONSE_LENGTH: "mean response length in tokens",
     TRAIN_TRUNCATION_RATE: "fraction of responses cut at the maximum response length (no end of sequence)",
@@ -105,15 +108,38 @@ def eval_metric_keys(task: str, k: int) -> dict[str, str]:
     return keys
 
 
+def _pattern(template: str) -> re.Pattern:
+    """The keys a template stands for: each `<placeholder>` one path segment's worth of characters, at least one."""
+    pieces = _PLACEHOLDER.split(template)  # literal, name, literal, name, ..., literal
+    return re.compile("".join(re.escape(piece) if i % 2 == 0 else f"(?P<{piece}>[^/]+)"
+                              for i, piece in enumerate(pieces)))
+
+
+_PATTERNS = {template: _pattern(template) for template in METRICS if _PLACEHOLDER.search(template)}
+
+
+def template_of(key: str) -> str | None:
+    """The METRICS entry a logged key is or fills in (train/kl_k3 -> train/kl_<estimator>); None for a key the
+    registry does not know."""
+    if key in METRICS:
+        return key
+    return next((template for template, pattern in _PATTERNS.items() if pattern.fullmatch(key)), None)
+
+
 # A training step's own metrics by their short name (trainer/batch.py and trainer/objective/loss.py say `kl_k1`,
-# `grad_norm`, ...): one namespace each, so the short name finds the one key.
+# `grad_norm`, ...): one namespace each, so the short name finds the one key. Of the templates, only the
+# estimators' `kl_<estimator>` is a step metric.
 _STEP_KEYS = {key.split("/", 1)[1]: key for key in METRICS
               if key.split("/", 1)[0] in ("train", "perf") and not _PLACEHOLDER.search(key)}
+_STEP_ESTIMATOR = _pattern(TRAIN_KL_ESTIMATOR.split("/", 1)[1])
 
 
 def step_key(name: str) -> str:
-    """step_key("kl_k1") -> 'train/kl_k1'; KeyError for a metric not in the registry (add it here and to
-    docs/metrics.md)."""
-    if name not in _STEP_KEYS:
-        raise KeyError(f"unknown step metric {name!r}; add it to record/metric_keys.py METRICS and docs/metrics.md")
-    return _STEP_KEYS[name]
+    """step_key("kl_k1") -> 'train/kl_k1', step_key("grad_norm") -> 'train/grad_norm'; KeyError for a metric not in
+    the registry (add it here and to docs/metrics.md). `kl_<name>` is an estimator's, whatever its name: the
+    estimators' registry is the trainer's (trainer/objective/estimators.py)."""
+    if name in _STEP_KEYS:
+        return _STEP_KEYS[name]
+    if match := _STEP_ESTIMATOR.fullmatch(name):
+        return metric_key(TRAIN_KL_ESTIMATOR, **match.groupdict())
+    raise KeyError(f"unknown step metric {name!r}; add it to record/metric_keys.py METRICS and docs/metrics.md")

@@ -55,6 +55,7 @@ from trainer.config.run import RunConfig
 from trainer.model import distributed
 from trainer.model.build import build_engine, model_path
 from trainer.model.logprobs import response_logprobs, score_logprobs
+from trainer.objective.estimators import ESTIMATORS
 from trainer.objective.fingerprint import fingerprint
 from trainer.objective.kl import describe_objective
 from trainer.objective.loss import rl_loss, shaped_advantages
@@ -233,8 +234,9 @@ def _step(cfg: RunConfig, run: _Run, step: int, dist: distributed.DistInfo,
         run.rollout.sync_weights(run.engine.module)  # validation and the next batches sample version step + 1
     done = time.perf_counter()
     sampled, generated = _rollout_metrics(rollouts, rewards, dist.device)
-    metrics = {**{step_key(name): value for name, value in updated.items()
-                  if run.reference is not None or not name.startswith("kl_k")}, **sampled,
+    # Without a reference the estimators measured the policy against itself: not a KL, so not logged.
+    unmeasured = set() if run.reference is not None else {est.metric for est in ESTIMATORS.values()}
+    metrics = {**{step_key(name): value for name, value in updated.items() if name not in unmeasured}, **sampled,
                PERF_WEIGHT_SYNC_S: done - t_sync, ASYNC_LAG: step - rollouts.version,
                PERF_STEP_TIME_S: done - t0, PERF_TOKENS_PER_S: generated / (done - t0)}
     if cfg.data.val_every and (step + 1) % cfg.data.val_every == 0 and not preempted:

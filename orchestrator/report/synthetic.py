@@ -19,7 +19,7 @@ def table(records, args) -> Table:
         title=f"Toy study (theta={args.theta}, ref={args.ref}, {args.trials} trials x {args.sequences} sequences)",
         caption="cells: squared bias against the exact sequence-level reverse-KL gradient / variance of one "
         "batch's estimate. max z: largest |Monte Carlo mean - exact expectation| / stderr over T <= 16. "
-        "follows: the gradient the configuration targets on-policy (trainer/objective/kl.py TARGETS). "
+        "follows: the gradient the configuration targets on-policy (trainer/objective/estimators.py TARGETS). "
         "The JSON also holds the bias against the token-level target.",
     )
     t.add_column("configuration")

@@ -32,7 +32,7 @@ def initial_weights():
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_every_kl_configuration_trains_and_logs_every_metric(tmp_path, name, initial_weights):
-    from record.metric_keys import METRICS
+    from record.metric_keys import template_of
 
     result, run_dir, _, key = run(tmp_path, name, CONFIGS[name], data={"val_every": 2, "val_size": 8})
     after = final_weights(run_dir)
@@ -40,7 +40,8 @@ def test_every_kl_configuration_trains_and_logs_every_metric(tmp_path, name, ini
     assert moved > 0, "training did not change the parameters"
     hist = history(tmp_path, key)
     assert LOGGED <= set(hist), f"missing metrics: {sorted(LOGGED - set(hist))}"
-    assert set(hist) <= set(METRICS), f"metrics not documented in record/metric_keys.py: {set(hist) - set(METRICS)}"
+    unknown = {logged for logged in hist if template_of(logged) is None}
+    assert not unknown, f"metrics not documented in record/metric_keys.py: {unknown}"
     assert [s for s, _ in hist["train/loss"]] == [1, 2]
     assert (run_dir / "objective.json").exists() and (run_dir / "verdict.json").exists()
     # The last step's weights exported by the job itself, from the live engine (trainer/run/export.py save_final).

@@ -23,6 +23,7 @@ from trainer.analysis.toy import (
     token_reverse_kl_grad,
 )
 from trainer.analysis.toy_study import EXTRA_CONFIGS, PAPER_CONFIGS, TrialBatch, kl_config, run_study
+from trainer.objective.estimators import ESTIMATORS
 from trainer.objective.settings import AlgorithmConfig, KLConfig
 
 THETA, REF, T = (0.4, -0.3), (-0.2, 0.25), 5  # test_kl_gradients.py's model
@@ -147,8 +148,7 @@ def test_a_moved_stop_gradient_changes_the_verdict(monkeypatch):
     assert on("k1-loss-rho").verdict == "no-KL"
     # The stop-gradient moved from the reward side to the loss side: k3 in reward+loss loses its pathwise half.
     monkeypatch.setattr(trainer.objective.kl, "kl_loss_per_token",
-                        lambda estimator, form, logp, ref_logp, rho: trainer.objective.kl.ESTIMATOR_FNS[estimator](
-                            logp, ref_logp).detach())
+                        lambda estimator, form, logp, ref_logp, rho: ESTIMATORS[estimator].fn(logp, ref_logp).detach())
     assert on("k3-reward+loss").verdict == "wrong-sign"  # now k3 in reward alone (equation 19)
 
 

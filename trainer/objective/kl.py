@@ -1,10 +1,9 @@
-"""KL estimators and their placements, as pure tensor functions (the paper's section 3).
+"""Where the KL enters the objective (its placements) and which gradient that follows, as pure tensor functions
+(the paper's section 3). The estimators k1, k2, k3 and their registry: trainer/objective/estimators.py.
 
 Notation (per response token t, sampled from the behaviour policy mu):
     log r_t = log pi_ref(y_t|y<t) - log pi_theta(y_t|y<t)
-    k1_t = -log r_t                      (naive, "K1")
-    k2_t = (log r_t)^2 / 2               (squared log-ratio)
-    k3_t = r_t - 1 - log r_t             (Schulman, "K3")
+    k1_t = -log r_t,  k2_t = (log r_t)^2 / 2,  k3_t = r_t - 1 - log r_t      (estimators.py)
 
 Placements:
     reward       r_t = s_t - beta * sg(KL_t); the advantage of every token is built from
@@ -30,30 +29,12 @@ from dataclasses import dataclass
 
 import torch
 
+from trainer.objective.estimators import ESTIMATORS, TARGETS
 from trainer.objective.settings import KLConfig
 
 
 def _masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return x.masked_fill(~mask.bool(), 0.0)
-
-
-def k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """k1_t = log pi_theta(y_t) - log pi_ref(y_t) = -log r_t (equation 11)."""
-    return logp - ref_logp
-
-
-def k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """k2_t = (log r_t)^2 / 2. Its on-policy gradient is k1_t * grad log pi(y_t)."""
-    return 0.5 * (logp - ref_logp) ** 2
-
-
-def k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """k3_t = r_t - 1 - log r_t with r_t = pi_ref(y_t)/pi_theta(y_t) (equation 14); >= 0 for every sample."""
-    neg = ref_logp - logp  # log r_t
-    return torch.exp(neg) - 1.0 - neg
-
-
-ESTIMATOR_FNS = {"k1": k1, "k2": k2, "k3": k3}
 
 
 def clamp_log_ratio(
@@ -91,13 +72,15 @@ def kl_loss_per_token(
     plain: k_t itself, differentiated through pi_theta (the paper's "in loss", equation 9).
     rho:   rho*k1, sg(rho)*k2, rho*k3 (companion article): each has per-sample gradient rho*(k1 [+1])*grad log pi,
            an unbiased token-level reverse-KL gradient under mu. rho*k2 with rho in the graph is NOT offered:
-           it optimises E[k2], a second-order surrogate, not the reverse KL.
+           it optimises E[k2], a second-order surrogate, not the reverse KL. Which estimator takes sg(rho) is
+           its registration's `sg_rho` (estimators.py).
     """
-    k = ESTIMATOR_FNS[estimator](logp, ref_logp)
+    est = ESTIMATORS[estimator]
+    k = est.fn(logp, ref_logp)
     if loss_form == "plain":
         return k
-    if estimator == "k2":
-        return rho.detach() * k  # sg(rho): k2's own gradient already carries k1 * grad log pi
+    if est.sg_rho:
+        return rho.detach() * k  # sg(rho): k_t's own gradient already carries the score (k2's: k1 * grad log pi)
     return rho * k
 
 
@@ -123,7 +106,7 @@ class KLTerms:
 
     reward_penalty: [B, T] detached, beta_reward already applied; subtract from the per-token return.
     loss_tokens:    [B, T] with grad, beta_loss already applied; aggregate with the policy-gradient denominator.
-    metrics:        scalars for logging (all three estimators against pi_ref, whichever one is optimised).
+    metrics:        scalars for logging (every registered estimator against pi_ref, whichever one is optimised).
     """
 
     reward_penalty: torch.Tensor
@@ -156,7 +139,7 @@ def kl_terms(
     if cfg.uses_reward:
         sampler_logp = logp.detach() if behavior_logp is None else behavior_logp.detach()
         sampler_ref, _ = clamp_log_ratio(sampler_logp, ref_logp, mask, cfg.clamp)
-        kl_tok = ESTIMATOR_FNS[cfg.estimator](sampler_logp, sampler_ref)
+        kl_tok = ESTIMATORS[cfg.estimator].fn(sampler_logp, sampler_ref)
         reward_penalty = cfg.beta_reward_value * kl_reward_penalty(kl_tok, mask, cfg.credit)
     if cfg.uses_loss:
         rho = importance_ratio(logp, behavior_logp)
@@ -172,39 +155,43 @@ def kl_terms(
 
 @torch.no_grad()
 def kl_metrics(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
-    """Sequence-level KL estimates (sum over tokens, mean over sequences) of all three estimators."""
+    """Sequence-level KL estimates (sum over tokens, mean over sequences) of every registered estimator, under
+    their step metrics' names (`kl_k1`, ...: record/metric_keys.py's train/kl_<estimator>)."""
     out = {}
-    for name, fn in ESTIMATOR_FNS.items():
-        per_seq = _masked(fn(logp.detach(), ref_logp), mask).sum(-1)
-        out[f"kl_{name}"] = float(per_seq.mean()) if per_seq.numel() else 0.0
+    for est in ESTIMATORS.values():
+        per_seq = _masked(est.fn(logp.detach(), ref_logp), mask).sum(-1)
+        out[est.metric] = float(per_seq.mean()) if per_seq.numel() else 0.0
     return out
 
 
-TARGETS = {
-    "none": "no KL",
-    "sequence-reverse": "sequence-level reverse KL: unbiased (equation 10)",
-    "zero": "zero in expectation: the k1 pathwise term (equation 13)",
-    "token-forward": "token-level forward KL (equation 41)",
-    "token-reverse": "token-level reverse KL, prefix distribution held fixed",
-    "biased": "biased: a mix that matches neither target",
-}
-
-
 def objective_target(kl: KLConfig) -> str:
-    """Which gradient the configuration follows on-policy: a key of TARGETS (section 3, companion article)."""
+    """Which gradient the configuration follows on-policy: a key of TARGETS (section 3, companion article), from
+    what its estimator's registration states (estimators.py: `unbiased`, `in_loss`, `sg_rho`).
+
+    loss:        the pathwise gradient. Plain k_t: the registration's `in_loss` (k1 zero, equation 13; k2 the
+                 token-level reverse KL; k3 the token-level forward KL, equation 41). rho*k_t adds the score
+                 function, so it follows the token-level reverse KL when E[k_t] is the token's KL (k1, k3);
+                 sg(rho)*k_t keeps k_t's own gradient (k2).
+    reward:      the score function alone: the full derivative of E[sum_t k_t] (equation 6) minus the pathwise
+                 part, so the sequence-level gradient only where E[sum_t k_t] is the KL and the pathwise part is
+                 zero (k1); else biased (k3: the sequence-level gradient minus the forward one, equation 19).
+    reward+loss: score function + pathwise, plain form: the full derivative of E[sum_t k_t], the sequence-level
+                 gradient when that is the KL and the two betas are equal, or whatever the betas when the
+                 pathwise part is zero (k1).
+    """
     if kl.placement == "none":
         return "none"
-    if kl.placement == "reward":
-        return "sequence-reverse" if kl.estimator == "k1" else "biased"
-    token_reverse = kl.loss_form == "rho" or kl.estimator == "k2"
+    est = ESTIMATORS[kl.estimator]
     if kl.placement == "loss":
-        if token_reverse:
-            return "token-reverse"
-        return "zero" if kl.estimator == "k1" else "token-forward"
-    # reward+loss: pathwise + score function = the full derivative (equation 6), when the pathwise part is plain.
-    if kl.loss_form == "plain" and kl.estimator == "k1":
-        return "sequence-reverse"  # k1's pathwise term adds zero in expectation, whatever its beta
-    if kl.loss_form == "plain" and kl.estimator == "k3" and kl.beta_reward_value == kl.beta_loss_value:
+        if kl.loss_form == "plain":
+            return est.in_loss
+        score_added = est.in_loss == "token-reverse" if est.sg_rho else est.unbiased
+        return "token-reverse" if score_added else "biased"
+    pathwise_zero = est.in_loss == "zero"
+    if kl.placement == "reward":
+        return "sequence-reverse" if est.unbiased and pathwise_zero else "biased"
+    same_beta = kl.beta_reward_value == kl.beta_loss_value
+    if kl.loss_form == "plain" and est.unbiased and (pathwise_zero or same_beta):
         return "sequence-reverse"
     return "biased"
 
@@ -218,7 +205,7 @@ def describe_objective(kl: KLConfig) -> dict[str, str]:
     loss = "none"
     if kl.uses_loss:
         form = kl.estimator if kl.loss_form == "plain" else (
-            "sg(rho)*k2" if kl.estimator == "k2" else f"rho*{kl.estimator}")
+            f"sg(rho)*{kl.estimator}" if ESTIMATORS[kl.estimator].sg_rho else f"rho*{kl.estimator}")
         loss = f"+ {kl.beta_loss_value:g} * {form}_t per token, autodiff (pathwise)"
     return {
         "kl_reward": reward,

@@ -1,6 +1,7 @@
 """The objective's settings: the KL term (estimator, placement, beta, form, credit) and the RL algorithm
 (advantage estimator, loss aggregation, PPO clip), with their valid choices. Checked on construction like every
-config; trainer/config/run.py's RunConfig composes them with the run's other components."""
+config; trainer/config/run.py's RunConfig composes them with the run's other components. The valid estimators are
+the registered ones (trainer/objective/estimators.py ESTIMATORS), read when a config is checked."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from dataclasses import dataclass
 
 from record.checks import check_choice, check_int, check_non_negative, check_num, is_num
 from record.errors import raise_if
+from trainer.objective.estimators import ESTIMATORS
 
-ESTIMATORS = ("k1", "k2", "k3")
 PLACEMENTS = ("none", "reward", "loss", "reward+loss")
 # plain: backpropagate through k_t itself (the paper's "in loss").
 # rho:   the companion article's importance-weighted forms rho*k1, sg(rho)*k2, rho*k3 with rho = pi/sg(mu).
@@ -45,7 +46,7 @@ class KLConfig:
 
     def problems(self, path: str = "kl") -> list[str]:
         p: list[str] = []
-        check_choice(p, f"{path}.estimator", self.estimator, ESTIMATORS)
+        check_choice(p, f"{path}.estimator", self.estimator, tuple(ESTIMATORS))
         check_choice(p, f"{path}.placement", self.placement, PLACEMENTS)
         check_choice(p, f"{path}.loss_form", self.loss_form, LOSS_FORMS)
         check_choice(p, f"{path}.credit", self.credit, CREDITS)
