@@ -95,7 +95,7 @@ def install() -> tuple[Preemption, bool]:
 
 def install_for_evaluation(run_dir: str | os.PathLike, step_of, exit_code: int):
     """An evaluation job's handling of Slurm's signals (orchestrator/cluster/entry.py `run_eval`). Its progress is
-    its finished shards, each saved when it ends (eval/shards.py), so there is nothing to save at a boundary: on the
+    its finished shards, each saved when it ends (eval/shard_plan.py), so there is nothing to save at a boundary: on the
     warning (SIGUSR2) it asks for its requeue at once, losing only the shard in flight, and leaves (`exit_code`
     when Slurm refused: the watcher resubmits it); SIGTERM ends it (143), never requeued. `step_of()`: the
     checkpoint step it evaluates, for the record (None before it is known). Returns what puts the handlers back
