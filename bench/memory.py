@@ -9,8 +9,8 @@ the log-probs and entropy the loss uses. Two ways, each in its own fresh process
 hide the other's):
   before  the path before issue 29: no gradient checkpointing, one fp32 log-softmax over the full vocabulary for
           every response position, kept by autograd (entropy without grad, as now)
-  after   the trainer's path: non-reentrant gradient checkpointing (trainer/model/memory.py) and the chunked selective
-          log-softmax (trainer/model/logprobs.py response_logprobs, --chunk positions a chunk)
+  after   the trainer's path: non-reentrant gradient checkpointing (trainer/model/memory_knobs.py) and the chunked
+          selective log-softmax (trainer/model/logprobs.py response_logprobs, --chunk positions a chunk)
 Printed per way: bytes autograd saves for backward (every tensor saved_tensors_hooks sees, each storage once,
 parameters excluded), the peak RSS the step adds over the process after the model is built (VmHWM, reset before
 the step; each gradient dropped once accumulated, as ZeRO's partitioning frees it), and the step's time;

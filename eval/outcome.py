@@ -1,12 +1,11 @@
-"""What an evaluation leaves behind: per-seed files, the MLflow metrics and artifacts, and the done-markers.
+"""What an evaluation leaves behind: per-seed files, the MLflow metrics and artifacts, and the done-markers, in the
+checkpoint's `<run_dir>/eval/step_NNNNNN/` (record/rundir.py `EvalStep` names each file):
 
-    <run_dir>/eval/step_NNNNNN/
-        tasks/<task>.yaml, utils.py        the rendered task files lm-eval ran
-        <task>/seed_S/shards/              the task's shards as they finish (eval/shards.py), joined into:
-        <task>/seed_S.samples.jsonl        per problem: prompt, all k samples, their scores and answers
-        <task>/seed_S.results.json         the seed's numbers (the mean over problems), its shards, the settings and
-                                           the data sha256
-        <task>.done.json                   written last: the metrics logged, the settings, the data sha256
+    <task>/seed_S.samples.jsonl        per problem: prompt, all k samples, their scores and answers (joined from the
+                                       task's shards as they finish, eval/shard_plan.py)
+    <task>/seed_S.results.json         the seed's numbers (the mean over problems), its shards, the settings and the
+                                       data sha256
+    <task>.done.json                   written last: the metrics logged, the settings, the data sha256
 
 A marker or a seed's results count only for equal settings and data, so changing k, the budget or the data
 re-evaluates instead of reusing.
@@ -23,7 +22,7 @@ from pathlib import Path
 from eval import taskfiles
 from eval.answers import grade
 from record.metric_keys import eval_metric_keys
-from record.rundir import RunDir, atomic_write, sha256_file, tag_for
+from record.rundir import EvalStep, RunDir, atomic_write, sha256_file, tag_for
 from record.tracking.key_rules import CLOSE_STATUSES
 from record.tracking.tracker import MlflowTracker, default_tracking_uri
 
@@ -49,23 +48,18 @@ class Settings:
         return {**asdict(self), "seeds": list(self.seeds)}
 
 
-def marker(root: Path, task: str, settings: Settings, data_file: Path) -> dict | None:
-    path = root / f"{task}.done.json"
+def marker(root: EvalStep, task: str, settings: Settings, data_file: Path) -> dict | None:
     try:
-        mark = json.loads(path.read_text())
+        mark = json.loads(root.done(task).read_text())
     except (OSError, json.JSONDecodeError):
         return None
     same = mark.get("settings") == settings.record()
     return mark if same and mark.get("data_sha256") == sha256_file(data_file) else None
 
 
-def seed_file(root: Path, task: str, seed: int, kind: str) -> Path:
-    return root / task / f"seed_{seed}.{kind}"
-
-
-def seed_result(root, task, seed, settings, data_file) -> dict | None:
+def seed_result(root: EvalStep, task, seed, settings, data_file) -> dict | None:
     try:
-        saved = json.loads(seed_file(root, task, seed, "results.json").read_text())
+        saved = json.loads(root.seed_file(task, seed, "results.json").read_text())
     except (OSError, json.JSONDecodeError):
         return None
     same = saved.get("settings") == settings.record()
@@ -88,25 +82,25 @@ def sample_rows(task: str, out: dict, doc_offset: int = 0) -> list[dict]:
     return rows
 
 
-def save_seed(root, task, seed, rows, metrics, settings, data_file, seconds, detail=None) -> dict:
+def save_seed(root: EvalStep, task, seed, rows, metrics, settings, data_file, seconds, detail=None) -> dict:
     """Write the seed's per-sample jsonl and results json; return its metrics (checked: k samples per problem).
-    `rows`, `metrics`: the task's per-sample rows and their means (eval/shards.py `merge`); `detail`: what else the
+    `rows`, `metrics`: the task's per-sample rows and their means (eval/shard_plan.py `merge`); `detail`: what else the
     results keep (the shards)."""
     bad = [r["doc_id"] for r in rows if len(r["samples"]) != settings.k]
     if bad or metrics["n_samples"] != settings.k:
         raise RuntimeError(f"{task}: lm-eval scored {metrics['n_samples']} samples per problem, not k={settings.k} "
                            f"(docs {bad[:5]}): the task's filter must keep all repeats")
     metrics = {**metrics, "docs": len(rows)}
-    samples_path = seed_file(root, task, seed, "samples.jsonl")
+    samples_path = root.seed_file(task, seed, "samples.jsonl")
     samples_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(samples_path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     record = {"task": task, "seed": seed, "metrics": metrics, "seconds": round(seconds, 2), **(detail or {}),
               "settings": settings.record(), "data_sha256": sha256_file(data_file)}
-    atomic_write(seed_file(root, task, seed, "results.json"), json.dumps(record, indent=1, default=str))
+    atomic_write(root.seed_file(task, seed, "results.json"), json.dumps(record, indent=1, default=str))
     return metrics
 
 
-def problem_scores(root: Path, task: str, settings: dict) -> tuple[dict[str, list[float]], str]:
+def problem_scores(root: EvalStep, task: str, settings: dict) -> tuple[dict[str, list[float]], str]:
     """What the claims read back from `save_seed`'s files: each problem's sample scores over the evaluation's seeds
     ({doc_id: [score, ...]}, k per seed, seeds in `settings`' order) and the data's sha256 (problems pair across
     cells only on the same data). ValueError naming each seed file that is missing, unreadable, computed under
@@ -114,9 +108,9 @@ def problem_scores(root: Path, task: str, settings: dict) -> tuple[dict[str, lis
     scores: dict[str, list[float]] = {}
     sha, problems = None, []
     for seed in settings.get("seeds") or ():
-        path = seed_file(root, task, seed, "samples.jsonl")
+        path = root.seed_file(task, seed, "samples.jsonl")
         try:
-            saved = json.loads(seed_file(root, task, seed, "results.json").read_text())
+            saved = json.loads(root.seed_file(task, seed, "results.json").read_text())
             rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         except (OSError, json.JSONDecodeError) as error:
             problems.append(f"{path}: {error.__class__.__name__}: {error}")
@@ -151,13 +145,13 @@ def log_to_run(target, cfg, tasks, per_seed, settings, step, home: RunDir, files
             tracker.log_metrics(metrics, step)
             for seed in seeds:
                 for kind in ("samples.jsonl", "results.json"):
-                    tracker.log_artifact(seed_file(root, task, seed, kind), f"eval/{tag_for(step)}/{task}")
-            tracker.log_artifact(root / "tasks" / f"{task}.yaml", f"eval/{tag_for(step)}/{task}")
+                    tracker.log_artifact(root.seed_file(task, seed, kind), f"eval/{tag_for(step)}/{task}")
+            tracker.log_artifact(root.task_file(task), f"eval/{tag_for(step)}/{task}")
             mark = {"task": task, "step": step, "metrics": metrics, "per_seed": {str(s): r for s, r in seeds.items()},
                     "settings": settings.record(), "data_sha256": sha256_file(files[task]),
                     "model_dir": str(model_dir), "run_key": target.run_key, "finished_unix": int(time.time()),
                     "pid": os.getpid()}
-            atomic_write(root / f"{task}.done.json", json.dumps(mark, indent=1, sort_keys=True))
+            atomic_write(root.done(task), json.dumps(mark, indent=1, sort_keys=True))
     finally:
         # The training's status stays: evaluating a FAILED or KILLED run does not make it FINISHED, and an
         # evaluation that fails is the ledger's business, not the training run's.

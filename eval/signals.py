@@ -1,7 +1,7 @@
 """An evaluation job's handling of Slurm's signals; a training job's is trainer/run/preempt.py, whose handler and
 requeue request this reuses (one owner of the process's signals, one record of each request).
 
-Its progress is its finished shards, each saved when it ends (eval/shards.py), so there is nothing to save at a
+Its progress is its finished shards, each saved when it ends (eval/shard_plan.py), so there is nothing to save at a
 boundary: on the warning (SIGUSR2) it asks for its requeue at once, losing only the shard in flight, and leaves;
 SIGTERM ends it (143), never requeued.
 """

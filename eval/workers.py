@@ -1,7 +1,7 @@
 """Shards side by side: one engine per GPU the evaluation job has (data parallel; tensor parallel stays 1 for a model
 that fits one GPU), each in a worker process of its own that takes the next unfinished shard from a shared queue
-until none is left. A shard is saved by the worker that ran it (eval/shards.py), so a worker that dies loses only
-its shard in flight; the parent then joins the task's shards as one process would (eval/sharded.py `finish`).
+until none is left. A shard is saved by the worker that ran it (eval/shard_plan.py), so a worker that dies loses only
+its shard in flight; the parent then joins the task's shards as one process would (eval/shard_run.py `finish`).
 
 Workers are spawned (not forked: CUDA and vLLM need a fresh interpreter), each seeing one GPU through
 CUDA_VISIBLE_DEVICES. On the HF backend a sample's draw depends only on (seed, prompt, repeat)
@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from eval.outcome import Settings
-from eval.sharded import TaskPlan, run_shard, shard_done
+from eval.shard_plan import TaskPlan
+from eval.shard_run import run_shard, shard_done
 
 
 def count(requested: int | None) -> int:

@@ -39,8 +39,8 @@ def train_job(run_dir: Path) -> dict:
 
 
 def eval_job(run_dir: Path) -> dict:
-    """Evaluate the run's final checkpoint (eval/run.py)."""
-    from eval.run import evaluate  # noqa: PLC0415 (lm-eval, torch: only inside an evaluation job)
+    """Evaluate the run's final checkpoint (eval/evaluate.py)."""
+    from eval.evaluate import evaluate  # noqa: PLC0415 (lm-eval, torch: only inside an evaluation job)
 
     return evaluate(run_dir)
 
@@ -113,8 +113,8 @@ def probe_eval(run_dir: Path) -> dict:
 
 
 def _probe_evaluation(run: RunDir, step: int) -> dict:
-    """The real evaluation's contract (eval/run.py): a mean@k of 1.0 per task of config.yaml's eval section, the
-    result kept per evaluation (evals/<id>.json) beside the run's earlier ones."""
+    """The real evaluation's contract (eval/evaluate.py): a mean@k of 1.0 per task of config.yaml's eval section, the
+    result kept per evaluation (eval/evaluations/<id>.json) beside the run's earlier ones."""
     config = yaml.safe_load(run.config.read_text(encoding="utf-8"))
     ev = config.get("eval") or {}
     evaluation = eval_id(config)

@@ -19,9 +19,12 @@
         tracking_artifacts/                 files the tracker wrote to log them as artifacts (tracker)
         tracking_buffer.jsonl, tracking_ledger.jsonl   events not yet delivered to MLflow (tracker)
         export/step_NNNNNN/                 the Hugging Face model a checkpoint exports to (trainer, for eval)
-        eval/step_NNNNNN/                   per-task files of an evaluation (eval)
-        eval_result.json                    the evaluation job's result (orchestrator, from eval)
-        evals/<evaluation id>.json          each evaluation's result, kept when the settings change (eval)
+        eval/                               everything an evaluation writes (`EvalStep` names a step's files):
+          step_NNNNNN/                      one checkpoint's evaluation: rendered tasks, per-seed samples and
+                                            results, shards, <task>.done.json markers, eval.lock (eval)
+          evaluations/<evaluation id>.json  each evaluation's result, kept when the settings change (eval)
+          job_result.json                   the evaluation job's latest result (orchestrator, from eval)
+          progress.json                     the running evaluation's shards done of total (eval)
         starts.jsonl, probe.json            the probe job's log and settings (fault tests)
         superseded/<fingerprint>/           what a cell trained under another gradient wrote, moved aside before
                                             it trains again (orchestrator/launch/fingerprints.py)
@@ -29,6 +32,21 @@
     <sweep_dir>/configs/<array>.json        every cell's run config of one array, packed (record/config_table.py):
                                             what `orchestrate sweep` writes instead of a config.yaml per cell (issue
                                             25); `RunDir.read_config` reads config.yaml first, then these
+
+    <sweep_dir>/<run_key>/eval/step_NNNNNN/    one checkpoint's evaluation (`EvalStep`)
+        tasks/<task>.yaml, utils.py         the rendered task files lm-eval ran
+        data/                               the tiny tasks' data, generated where the data directory lacks it
+        <task>/seed_S.samples.jsonl         per problem: prompt, all k samples, their scores and answers
+        <task>/seed_S.results.json          the seed's numbers, its shards, the settings and the data sha256
+        <task>/seed_S/shards/<shard>.samples.jsonl, <shard>.json (last), <shard>/   each shard's rows, its marker,
+                                            the data and task files of its one lm-eval call (eval/shard_plan.py)
+        <task>.done.json                    written last: the metrics logged, the settings, the data sha256
+        eval.lock                           held by the evaluation running now (an flock)
+
+Old layout (before issue 53) kept three of eval/'s files beside it: `eval_result.json`, `eval_progress.json` and
+`evals/<evaluation id>.json` (LEGACY). Nothing moves them: writers write only the new names, and readers
+(`read_eval_result`, `read_eval_progress`, `evaluations`) take the new file where it is, else the old one; a rerun
+moves both aside (`training_outputs`). The step directories did not move.
 
 Writers and readers in trainer/, eval/ and orchestrator/ go through these names; no path literal of the run
 directory lives outside this module (docs/architecture.md).
@@ -51,6 +69,8 @@ from record import config_table
 _STEP_DIR = re.compile(r"step_(\d+)")
 EXPORT_MARKER = "export.json"  # in an exported model directory, written last
 CONFIG_TABLES = "configs"  # <sweep_dir>/configs/<array>.json
+# The evaluation's files of a run directory written before they moved under eval/ (issue 53): still read
+LEGACY = {"eval_result": "eval_result.json", "eval_progress": "eval_progress.json", "evaluations": "evals"}
 # libyaml's dumper when PyYAML has it: 4x faster, and byte-identical on every cell of sweeps/ (measured), so a
 # config.yaml is the same text whichever one wrote it.
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -228,6 +248,10 @@ class RunDir:
     def checkpoint_state(self, tag: str) -> Path:
         return self.checkpoints / tag / "state.json"
 
+    def checkpoint_dirs(self) -> list[Path]:
+        """Every checkpoints/step_N directory, oldest first, whole or torn."""
+        return sorted(d for d in self.checkpoints.glob("step_*") if d.is_dir())
+
     def checkpoint_states(self) -> list[Path]:
         """Every complete-looking checkpoint's state.json, oldest first."""
         return sorted(self.checkpoints.glob("step_*/state.json"))
@@ -280,25 +304,45 @@ class RunDir:
     def tracking_ledger(self) -> Path:
         return self.path / "tracking_ledger.jsonl"
 
-    # --- the evaluation's ---
-    def eval_step(self, step: int) -> Path:
-        return self.path / "eval" / tag_for(step)
+    # --- the evaluation's: everything under eval/ ---
+    @property
+    def eval_dir(self) -> Path:
+        return self.path / "eval"
+
+    def eval_step(self, step: int) -> EvalStep:
+        return EvalStep(self.eval_dir / tag_for(step))
 
     @property
     def eval_result(self) -> Path:
-        return self.path / "eval_result.json"
+        """The evaluation job's latest result (orchestrator/cluster/entry.py `run_eval`), where it is written."""
+        return self.eval_dir / "job_result.json"
 
     @property
     def eval_progress(self) -> Path:
-        """The running evaluation's shards done of total (eval/sharded.py), what `orchestrate status` shows."""
-        return self.path / "eval_progress.json"
+        """The running evaluation's shards done of total (eval/shard_run.py), what `orchestrate status` shows."""
+        return self.eval_dir / "progress.json"
 
     def evaluation(self, evaluation_id: str) -> Path:
         """One evaluation's result (its tasks under its settings): another setting writes beside it."""
-        return self.path / "evals" / f"{evaluation_id}.json"
+        return self.eval_dir / "evaluations" / f"{evaluation_id}.json"
 
     def evaluations(self) -> list[Path]:
-        return sorted((self.path / "evals").glob("*.json"))
+        """Every evaluation's result: eval/evaluations/, then the old layout's evals/ for an id not written since."""
+        new = sorted((self.eval_dir / "evaluations").glob("*.json"))
+        seen = {p.name for p in new}
+        return new + [p for p in sorted((self.path / LEGACY["evaluations"]).glob("*.json")) if p.name not in seen]
+
+    def read_eval_result(self) -> dict | None:
+        """`eval_result`'s object, else the old layout's eval_result.json; None when neither is there whole."""
+        return read_json(_present(self.eval_result, self.path / LEGACY["eval_result"]))
+
+    def read_eval_progress(self) -> dict | None:
+        """`eval_progress`'s object, else the old layout's eval_progress.json; None when neither is there whole."""
+        return read_json(_present(self.eval_progress, self.path / LEGACY["eval_progress"]))
+
+    def shard_markers(self) -> list[Path]:
+        """Every finished shard's marker, over every evaluated step, task and seed."""
+        return sorted(self.eval_dir.glob("step_*/*/seed_*/shards/*.json"))
 
     # --- the probe job's (fault tests) ---
     @property
@@ -316,7 +360,7 @@ class RunDir:
     def training_outputs(self) -> list[Path]:
         """Everything a training and its evaluations write (not config.yaml, not the probe's settings): what a
         rerun moves aside so the cell starts again from step 0."""
-        return [self.checkpoints, self.path / "export", self.path / "eval", self.path / "evals", self.eval_result,
+        return [self.checkpoints, self.path / "export", self.eval_dir, *(self.path / p for p in LEGACY.values()),
                 self.verdict, self.objective, self.last_metrics, self.logged_step, self.tracking_run,
                 self.tracking_artifacts, self.tracking_buffer, self.tracking_ledger, self.starts]
 
@@ -336,3 +380,78 @@ class RunDir:
         if step is None or not run.is_run() or path not in (run.checkpoint(path.name), run.export(step)):
             return None
         return run, step
+
+
+
+def _present(path: Path, old: Path) -> Path:
+    """`path`, unless only the old layout's `old` is there."""
+    return old if not path.exists() and old.exists() else path
+
+
+@dataclass(frozen=True)
+class EvalStep:
+    """Every path of one checkpoint's evaluation, `<run_dir>/eval/step_NNNNNN/` (the layout above). A plain model's
+    evaluation has a directory of its own laid out the same way (eval/evaluate.py)."""
+
+    path: Path
+
+    def __init__(self, path: str | os.PathLike):
+        object.__setattr__(self, "path", Path(path))
+
+    def __fspath__(self) -> str:
+        return str(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    @property
+    def name(self) -> str:
+        """The step's tag, `step_NNNNNN`."""
+        return self.path.name
+
+    @property
+    def run_dir(self) -> RunDir:
+        return RunDir(self.path.parent.parent)
+
+    @property
+    def lock(self) -> Path:
+        return self.path / "eval.lock"
+
+    @property
+    def tasks(self) -> Path:
+        """The rendered task files of the whole tasks."""
+        return self.path / "tasks"
+
+    @property
+    def data(self) -> Path:
+        """Where the tiny tasks' data is generated when the data directory lacks it."""
+        return self.path / "data"
+
+    def task_file(self, task: str) -> Path:
+        """A whole task's rendered file, as eval/taskfiles.py `render` names it in `tasks`."""
+        return self.tasks / f"{task}.yaml"
+
+    def done(self, task: str) -> Path:
+        return self.path / f"{task}.done.json"
+
+    def seed_file(self, task: str, seed: int, kind: str) -> Path:
+        """A seed's `samples.jsonl` or `results.json`."""
+        return self.path / task / f"seed_{seed}.{kind}"
+
+    def shards(self, task: str, seed: int) -> Path:
+        return self.path / task / f"seed_{seed}" / "shards"
+
+    def shard_rows(self, task: str, seed: int, shard: str) -> Path:
+        return self.shards(task, seed) / f"{shard}.samples.jsonl"
+
+    def shard_marker(self, task: str, seed: int, shard: str) -> Path:
+        """Written last: the shard is finished once it is there (eval/shard_plan.py `finished`)."""
+        return self.shards(task, seed) / f"{shard}.json"
+
+    def shard_call(self, task: str, seed: int, shard: str) -> Path:
+        """The data file of the shard's one lm-eval call (its problems), beside `shard_tasks`."""
+        return self.shards(task, seed) / shard
+
+    def shard_tasks(self, task: str, seed: int, shard: str) -> Path:
+        """The task file rendered for the shard's one lm-eval call (its repeats)."""
+        return self.shard_call(task, seed, shard) / "tasks"

@@ -42,7 +42,7 @@ class Batch:
     response_ids: list[list[int]]
     rewards: torch.Tensor              # [B]
     behavior_logp: torch.Tensor | None  # [B, R] log mu, None when every update is on-policy
-    ref_logp: torch.Tensor | None      # [B, R], None where the run has no reference (trainer/model/memory.py)
+    ref_logp: torch.Tensor | None      # [B, R], None where the run has no reference (trainer/model/memory_knobs.py)
     pad_id: int
     group_size: int
 

@@ -55,7 +55,7 @@ class TrainJob:
 
 
 class EvalJob:
-    """One cell's evaluation call; writes `<run_dir>/eval_result.json`."""
+    """One cell's evaluation call; writes `<run_dir>/eval/job_result.json`."""
 
     def __init__(self, entry: str = EVAL_ENTRY):
         self.entry = entry

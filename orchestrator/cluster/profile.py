@@ -13,9 +13,9 @@ from typing import Any
 import yaml
 
 from orchestrator.cluster import sbatch_values as sv
+from orchestrator.cluster.profile_shares import KEY as SHARE_KEY
+from orchestrator.cluster.profile_shares import ShareRule, parse_rules
 from orchestrator.cluster.site import SiteSetup
-from orchestrator.cluster.vllm_share import KEY as SHARE_KEY
-from orchestrator.cluster.vllm_share import ShareRule, parse_rules
 from record.errors import ConfigError, raise_if
 from record.plain import build
 from trainer.config.run import RunConfig
@@ -117,7 +117,7 @@ class SlurmProfile:
     # The site's own job setup: shell lines, variables, interpreter, srun flags, GPU request form, extra #SBATCH
     # options (orchestrator/cluster/site.py).
     site: SiteSetup = SiteSetup()
-    # rollout.gpu_memory_utilization by model, for cells whose sweep sets none (orchestrator/cluster/vllm_share.py:
+    # rollout.gpu_memory_utilization by model, for cells whose sweep sets none (orchestrator/cluster/profile_shares.py:
     # a sweep's explicit value wins over this map, which wins over the config default).
     rollout_shares: tuple[ShareRule, ...] = ()
 

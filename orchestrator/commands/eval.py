@@ -56,7 +56,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from eval.run import evaluate  # noqa: PLC0415 (lm-eval, torch: seconds, not for `orchestrate --help`)
+    from eval.evaluate import evaluate  # noqa: PLC0415 (lm-eval, torch: seconds, not for `orchestrate --help`)
 
     out = console()
     summary = evaluate(args.target, tasks=args.tasks, step=args.step, force=args.force, limit=args.limit, k=args.k,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-from orchestrator.cluster.fetch import fetch_models
 from orchestrator.console import console
+from orchestrator.launch.fetch_models import fetch_models
 from orchestrator.sweep.expand import load_sweep
 
 EXAMPLES = """examples:

@@ -23,7 +23,7 @@ reward, held-out pass@1, response length; one panel per estimator and placement,
 seeds, a band from the lowest seed to the highest, beta = 0 dashed) come from MLflow (each cell's mlflow_run.json);
 a cell without one, or a store that cannot be reached, is drawn from its run directory instead (the checkpoint's
 collapse history: KL, length, held-out pass@1; and the last logged step), and the report says so. Final mean@k per
-task with its seed spread and its relative change against the beta = 0 cell of the same model (eval_result.json),
+task with its seed spread and its relative change against the beta = 0 cell of the same model (eval/job_result.json),
 each base model's mean@k (sweep.baselines) a dotted line beside them and in a table of its own; Table 1's behaviour
 column from the collapse verdicts (verdict.json); cells still running, failed, not evaluated or never submitted are
 listed with why (above 200 cells: counted by state and why, with a few of each; --all lists them all). Each distinct

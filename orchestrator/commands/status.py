@@ -26,7 +26,7 @@ the sweep at once and its watcher job; the ledger is only read. Below the tables
 (its id, state, partition and last poll; or that none follows an unsettled sweep, and how to start one). The
 cells table: the cell, its axes, state, training/evaluation attempts (att), the latest job id, the training
 step (latest checkpoint), the latest metrics the checkpoint holds, each eval task's mean@k (tiny@4 =
-eval/tiny/mean_at_4, from eval_result.json), the collapse verdict (verdict.json) and why: the verdict's reason
+eval/tiny/mean_at_4, from eval/job_result.json), the collapse verdict (verdict.json) and why: the verdict's reason
 when it is not stable, and why a cell was given up. Below it, one row per configuration (the axes without the
 seed): each task's mean@k and the final reward as mean ± sd (sample standard deviation) over the seeds that
 have it, and the seeds counted by verdict. Above 200 cells, a summary instead of those two tables: the cells per

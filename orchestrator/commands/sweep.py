@@ -40,7 +40,7 @@ from orchestrator.launch.submit import launch
 from orchestrator.preflight.run import preflight
 from orchestrator.preflight.table import print_rows
 from orchestrator.sweep.expand import Sweep, load_sweep
-from orchestrator.sweep.memory import plan_report
+from orchestrator.sweep.resource_plan import plan_report
 from orchestrator.tracking.store import check_stores, sqlite_written_by_jobs
 from orchestrator.watch.follow import follow
 from orchestrator.watch.job import DEFAULT_POLL_S, Starter

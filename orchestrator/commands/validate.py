@@ -13,7 +13,7 @@ from orchestrator.launch.materialise import owner_problem
 from orchestrator.launch.plan import make_plan, summary_lines
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.sweep.knobs import dead_knobs
-from orchestrator.sweep.memory import plan_report
+from orchestrator.sweep.resource_plan import plan_report
 
 EXAMPLES = """examples:
   orchestrate validate sweeps/onpolicy.yaml

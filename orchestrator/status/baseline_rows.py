@@ -10,7 +10,7 @@ from orchestrator.launch.baseline_jobs import baseline_ledger, baseline_state
 from orchestrator.launch.ledger import apply_slurm_states, attempts, latest, to_poll
 from orchestrator.status.outcomes import eval_metrics
 from record.errors import UserError
-from record.rundir import RunDir, read_json
+from record.rundir import RunDir
 
 
 def _on_slurm(records: dict[str, dict]) -> dict[str, dict]:
@@ -37,11 +37,11 @@ def current_baselines(sweep_dir: Path, rows: dict[str, list] | None = None) -> d
 
 def baseline_rows(records: dict[str, dict]) -> list[dict]:
     """One row per baseline, by name: key, name, model, chat template, state, attempts, job, and the mean@k its
-    evaluation wrote (eval_result.json, read as the cells' are: orchestrator/status/outcomes.py)."""
+    evaluation wrote (`RunDir.read_eval_result`, read as the cells' are: orchestrator/status/outcomes.py)."""
     out = []
     for record in sorted(records.values(), key=lambda r: r["name"]):
         ev, info = latest(record, "eval"), record.get("baseline") or {}
-        result = (read_json(RunDir(record["run_dir"]).eval_result) or {}).get("result")
+        result = (RunDir(record["run_dir"]).read_eval_result() or {}).get("result")
         out.append({"run_key": record["run_key"], "name": record["name"], "baseline": True,
                     "model": info.get("model"), "name_or_path": info.get("name_or_path"),
                     "chat_template": info.get("chat_template"), "settings": info.get("settings", {}),

@@ -76,9 +76,9 @@ def run_dir_facts(run_dir: Path, exists: bool | None = None) -> dict:
     facts.update(outcomes.verdict_fields(read_json(run.verdict)))
     facts.update(outcomes.objective_fields(read_json(run.objective)))
     kept = [read_json(path) for path in run.evaluations()]
-    facts["evals"] = outcomes.evaluations([k for k in kept if k], (read_json(run.eval_result) or {}).get("result"))
+    facts["evals"] = outcomes.evaluations([k for k in kept if k], (run.read_eval_result() or {}).get("result"))
     facts["eval"] = outcomes.merged_eval(facts["evals"])
-    facts["eval_shards"] = outcomes.shards_done((read_json(run.eval_progress) or {}).get("shards"))
+    facts["eval_shards"] = outcomes.shards_done((run.read_eval_progress() or {}).get("shards"))
     facts["undelivered"] = undelivered(run_dir)
     return facts
 

@@ -9,22 +9,22 @@ from pathlib import Path
 
 from orchestrator.cluster.query import available
 from orchestrator.launch.ledger import settled
-from orchestrator.status import watcher
+from orchestrator.status import watcher_info
 from orchestrator.status.baseline_rows import baseline_ids, baseline_rows, current_baselines
 from orchestrator.status.cells import cell_rows, current_state, on_slurm
 
 
 def read(sweep_dir: Path) -> tuple[dict[str, dict], dict | None, dict[str, dict]]:
     """The cells' records and the baselines' with Slurm's states, and the sweep's watcher job as status reports it
-    (orchestrator/status/watcher.py `status_of`; None off Slurm): one sacct for all three."""
-    info = watcher.read_info(sweep_dir)
+    (orchestrator/status/watcher_info.py `status_of`; None off Slurm): one sacct for all three."""
+    info = watcher_info.read_info(sweep_dir)
     base_ids = baseline_ids(sweep_dir)
-    records, said = current_state(sweep_dir, [*watcher.ids_to_ask(info), *base_ids])
+    records, said = current_state(sweep_dir, [*watcher_info.ids_to_ask(info), *base_ids])
     bases = current_baselines(sweep_dir, said if base_ids else {})
     if not (on_slurm(records) and available()):
         return records, None, bases
     done = settled(records) and all(r.get("final") for r in bases.values())  # the baselines too
-    return records, watcher.status_of(info, said, done, sweep_dir, time.time()), bases
+    return records, watcher_info.status_of(info, said, done, sweep_dir, time.time()), bases
 
 
 def all_rows(sweep_dir: Path) -> list[dict]:

@@ -2,10 +2,11 @@
 each run directory (status.py does the reading and the printing).
 
 The contract with the writers (tested across the seam in tests/integration/test_status_seam.py):
-- `<run_dir>/eval_result.json` (orchestrator/cluster/entry.py `run_eval`) is `{"result": <eval.run.evaluate()'s
-  summary>}`; the metrics sit under `result["tasks"][<task>]["metrics"]`, keyed as record/metric_keys.py
-  `eval_metric_keys` names them (`eval/<task>/mean_at_<k>`, ...). The probe evaluation (orchestrator/jobs.py) puts
-  `eval/...` keys at the top of `result`; both are read.
+- `<run_dir>/eval/job_result.json` (orchestrator/cluster/entry.py `run_eval`; read by record/rundir.py
+  `RunDir.read_eval_result`, which also reads the old layout's `eval_result.json`) is
+  `{"result": <eval.evaluate.evaluate()'s summary>}`; the metrics sit under `result["tasks"][<task>]["metrics"]`,
+  keyed as record/metric_keys.py `eval_metric_keys` names them (`eval/<task>/mean_at_<k>`, ...). The probe
+  evaluation (orchestrator/jobs.py) puts `eval/...` keys at the top of `result`; both are read.
 - `<run_dir>/verdict.json` (trainer/run/collapse.py `write_verdict`) is `{"verdict", "step", "reason", "findings"}`.
 
 A configuration is a cell's axes without its seed; its summary gives each metric's mean and spread over the
@@ -48,8 +49,8 @@ def eval_metrics(result) -> dict[str, float]:
 
 def evaluations(kept: list[dict], latest) -> list[dict]:
     """Each evaluation of a run, oldest first: {"id", "settings", "tasks", "eval"} from its own result
-    (`evals/<id>.json`, eval/run.py), and the evaluation job's latest result (`eval_result.json`) where it is not
-    one of them (a run evaluated before results were kept apart, or the probe's stand-in)."""
+    (`eval/evaluations/<id>.json`, eval/evaluate.py), and the evaluation job's latest result (`eval/job_result.json`)
+    where it is not one of them (a run evaluated before results were kept apart, or the probe's stand-in)."""
     out = [{"id": k.get("evaluation_id"), "settings": k.get("settings"), "tasks": sorted(k.get("tasks") or ()),
             "step": k.get("step"), "eval": eval_metrics(k)}
            for k in sorted(kept, key=lambda k: k.get("at") or 0)]
@@ -160,7 +161,7 @@ def pending_reason(reason: str) -> str:
 
 
 def shards_done(shards) -> tuple[int, int] | None:
-    """(done, total) over the running evaluation's tasks and seeds (`eval_progress.json`, eval/sharded.py)."""
+    """(done, total) over the running evaluation's tasks and seeds (`eval/progress.json`, eval/shard_run.py)."""
     if not isinstance(shards, dict) or not shards:
         return None
     pairs = [v for v in shards.values() if isinstance(v, list) and len(v) == 2 and all(_number(x) for x in v)]

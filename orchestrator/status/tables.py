@@ -115,7 +115,7 @@ def fit(widths: list[int], priority: list[int], total: int, flexible: int | None
 
 def render(sweep_dir: Path, width: int, records: dict[str, dict] | None = None, watcher: dict | None = None,
            bases: dict[str, dict] | None = None, everything: bool = False) -> Group:
-    """The tables (and the watcher's line, orchestrator/status/watcher.py `status_of`); `records` None: read now.
+    """The tables (and the watcher's line, orchestrator/status/watcher_info.py `status_of`); `records` None: read now.
     Above SUMMARY_ABOVE cells, the digest (orchestrator/status/digest.py) instead of the cells and configurations
     tables, unless `everything`."""
     if records is None:

@@ -27,7 +27,6 @@ from orchestrator.claims import parse as claims_spec
 from orchestrator.claims import rows as claim_rows
 from orchestrator.claims.parse import Claim
 from orchestrator.cluster.profile import SlurmProfile, SlurmResources, load_profile, resource_problems
-from orchestrator.cluster.vllm_share import with_profile_fraction
 from orchestrator.sweep.baselines import Baseline, expand_baselines
 from orchestrator.sweep.compose import Composer, parse_overrides, read_yaml, search_dirs
 from orchestrator.sweep.config_tree import (
@@ -38,7 +37,8 @@ from orchestrator.sweep.config_tree import (
     lookup,
     resolve_references,
 )
-from orchestrator.sweep.memory import with_shard_plan
+from orchestrator.sweep.resource_plan import with_shard_plan
+from orchestrator.sweep.rollout_share import with_profile_fraction
 from orchestrator.sweep.spec import Axis, SweepSpec, parse_override_values
 from record.display import cell_name, format_value
 from record.errors import ConfigError
@@ -327,7 +327,7 @@ def _cell(base: _Base, edits, cell_axes, profile, label, failures, built: dict |
         problems, config = err.problems, None
     resources = None
     if config is not None and profile is not None:
-        # The profile's vLLM share for this model where the sweep set none (orchestrator/cluster/vllm_share.py:
+        # The profile's vLLM share for this model where the sweep set none (orchestrator/sweep/rollout_share.py:
         # sweep > profile > default); machinery, so the run_key below is the same either way.
         config = with_profile_fraction(config, data, profile.rollout_shares)
         resources = profile.train_resources(config.model.params_b)

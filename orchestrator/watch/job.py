@@ -1,7 +1,7 @@
 """The sweep's watcher as a Slurm job of its own: `orchestrate sweep` starts it (one per sweep), so a sweep on Slurm
 resubmits what infrastructure failures end with nobody keeping a login-node session open. It follows the sweep
 from its own partition (the profile's `watcher`), hands over to a successor before its time limit, and ends once
-the sweep is settled, saying so in its log and in `<sweep dir>/watcher.json` (orchestrator/status/watcher.py).
+the sweep is settled, saying so in its log and in `<sweep dir>/watcher.json` (orchestrator/status/watcher_info.py).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from orchestrator.cluster.profile import mem_param
 from orchestrator.cluster.query import SlurmError
 from orchestrator.launch.baseline_jobs import baselines_settled
 from orchestrator.launch.ledger import Ledger, SweepBusy, cell_status, settled
-from orchestrator.status import watcher as ws
+from orchestrator.status import watcher_info as ws
 from orchestrator.tracking.sweep import close_parent
 from orchestrator.watch.watcher import Watcher
 from record.errors import UserError
@@ -141,10 +141,10 @@ def manifest_params(sweep_dir: Path, record: dict) -> dict:
 
 class Starter:
     """Starts the sweep's watcher job from inside `launch` (orchestrator/launch/submit.py), under the sweep's lock:
-    `ids()` go into the launch's one sacct, and the call decides with Slurm's answer (orchestrator/status/watcher.py
-    `should_start`) and submits at most one, before the cells' sbatch: where the watcher partition shares nodes with
-    the training one and has no higher PriorityTier, a job submitted later waits until every earlier pending one has
-    started. Returns what it did, in words."""
+    `ids()` go into the launch's one sacct, and the call decides with Slurm's answer
+    (orchestrator/status/watcher_info.py `should_start`) and submits at most one, before the cells' sbatch: where the
+    watcher partition shares nodes with the training one and has no higher PriorityTier, a job submitted later waits
+    until every earlier pending one has started. Returns what it did, in words."""
 
     def __init__(self, sweep_dir: Path, params: dict, max_retries: int, poll_s: float, time_min: int,
                  by: str = "orchestrate sweep"):

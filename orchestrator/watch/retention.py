@@ -32,14 +32,14 @@ def keep_final_export(run_dir: str | Path) -> tuple[int, str]:
     run = RunDir(run_dir)
     latest = read_json(run.latest_checkpoint) or {}
     step = latest.get("step")
-    if not run.eval_result.is_file():
+    if run.read_eval_result() is None:
         return 0, "kept every checkpoint: no evaluation result"
     if not isinstance(step, int) or not run.export_done(step).is_file():
         return 0, f"kept every checkpoint: the final export (step {step}) is not complete"
     freed = 0
-    for ckpt in sorted(run.checkpoints.glob("step_*")):
+    for ckpt in run.checkpoint_dirs():
         for part in ckpt.iterdir():
-            if part.name == "state.json":
+            if part == run.checkpoint_state(ckpt.name):
                 continue
             freed += _size(part)
             if part.is_dir() and not part.is_symlink():

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.shards import jobs_with_shards
+from eval.shard_plan import jobs_with_shards
 from orchestrator.cluster.entry import PREEMPTED_EXIT
 from orchestrator.cluster.options import load_options
 from orchestrator.cluster.query import SlurmError
@@ -291,7 +291,7 @@ class Watcher:
 
 
 def _progressed(record: dict) -> frozenset:
-    """The evaluation jobs of the cell that finished a shard (eval/shards.py), read only where its latest evaluation
+    """The evaluation jobs of the cell that finished a shard (eval/shard_plan.py), read only where its latest evaluation
     ended otherwise than COMPLETED: what `decide` needs to spare their attempts the retry budget."""
     ev = latest(record, "eval")
     if record.get("final") or ev is None or ev["state"] in LIVE or ev["state"] == "COMPLETED":

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.launch.baseline_jobs import baseline_ledger
+from record.rundir import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,7 +43,7 @@ def test_a_baseline_runs_once_and_status_and_report_show_what_it_wrote(tmp_path)
     assert record["final"]["status"] == "completed" and [j["kind"] for j in record["jobs"]] == ["eval"]
     run_dir = Path(record["run_dir"])
     assert run_dir == sweep_dir / "baselines" / record["run_key"]
-    written = json.loads((run_dir / "eval_result.json").read_text())["result"]
+    written = json.loads(RunDir(run_dir).eval_result.read_text())["result"]
     assert written["run_key"] == record["run_key"] and written["step"] == 0
     assert written["target"] == str(run_dir) and not (run_dir / "checkpoints").exists()  # nothing trained
     base = written["tasks"]["tiny"]["metrics"]["eval/tiny/mean_at_2"]

@@ -1,4 +1,4 @@
-"""The claims across their seam: the REAL evaluation (the orchestrator's eval entry, eval.run.evaluate on the tiny
+"""The claims across their seam: the REAL evaluation (the orchestrator's eval entry, eval.evaluate.evaluate on the tiny
 model through lm-eval's hf backend on CPU) writes each cell's per-sample files; the REAL `orchestrate report`
 reads them back (eval/outcome.py `problem_scores`) into the Claims table. The test recomputes every number from the
 per-sample files itself, with scipy's t quantile, and finds the report and its parent MLflow run agreeing.

@@ -13,8 +13,9 @@ import pytest
 import torch
 import yaml
 
-from eval.run import evaluate
+from eval.evaluate import evaluate
 from eval.target import EvalError
+from record.rundir import RunDir
 from trainer.tasks.rewards import tiny_reward
 
 pytestmark = pytest.mark.slow
@@ -228,7 +229,7 @@ def unevaluated_copies(trained_run, tmp_path: Path, *names: str) -> dict[str, Pa
     for name in names:
         copies[name] = tmp_path / name / trained_run["key"]
         shutil.copytree(trained_run["dir"], copies[name],
-                        ignore=shutil.ignore_patterns("eval", "evals", "eval_result.json"))
+                        ignore=shutil.ignore_patterns("eval"))
     return copies
 
 
@@ -238,14 +239,14 @@ def test_shards_give_the_whole_tasks_samples_and_a_cut_evaluation_resumes_at_its
     repeats split 3 + 1), cut by a stand-in for the time limit after 5 shards, then run again: the second run
     computes only the shards the first did not finish, and the joined per-sample file is byte for byte the whole
     task's (each HF sample seeded on its own)."""
-    from eval import sharded, shards
+    from eval import shard_plan, shard_run
 
     copies = unevaluated_copies(trained_run, tmp_path, "whole", "sharded")
     options = dict(limit=LIMIT, data_dir=trained_run["data"], tracking_uri=f"sqlite:///{tmp_path / 'other.db'}",
                    log=lambda _: None)
     whole = evaluate(copies["whole"], **options, shard_samples=LIMIT * K)  # one shard, each sample seeded alone
     run_dir, options = copies["sharded"], {**options, "shard_samples": 3}
-    saved, calls = shards.save, []
+    saved, calls = shard_plan.save, []
 
     def cut_after_five(*args, **kwargs):
         if len(calls) == 5:
@@ -253,19 +254,19 @@ def test_shards_give_the_whole_tasks_samples_and_a_cut_evaluation_resumes_at_its
         calls.append(args[3].name)
         return saved(*args, **kwargs)
 
-    monkeypatch.setattr(shards, "save", cut_after_five)
+    monkeypatch.setattr(shard_plan, "save", cut_after_five)
     with pytest.raises(TimeoutError):
         evaluate(run_dir, **options)
-    where = shards.shard_dir(run_dir / "eval" / "step_000003", "tiny", 0)
+    where = RunDir(run_dir).eval_step(3).shards("tiny", 0)
     assert sorted(p.name.removesuffix(".json") for p in where.glob("*.json")) == sorted(calls)
     from orchestrator.status.cells import run_dir_facts  # what `orchestrate status` reads of the running evaluation
 
     assert run_dir_facts(run_dir)["eval_shards"] == (5, 2 * LIMIT)
-    monkeypatch.setattr(shards, "save", saved)
-    one_call, ran = sharded._one_call, []
-    monkeypatch.setattr(sharded, "_one_call", lambda *a: ran.append(a[4].name) or one_call(*a))
+    monkeypatch.setattr(shard_plan, "save", saved)
+    one_call, ran = shard_run._one_call, []
+    monkeypatch.setattr(shard_run, "_one_call", lambda *a: ran.append(a[4].name) or one_call(*a))
     summary = evaluate(run_dir, **options)
-    planned = shards.plan(LIMIT, K, 3)
+    planned = shard_plan.plan(LIMIT, K, 3)
     assert len(planned) == 2 * LIMIT and set(ran) == {s.name for s in planned} - set(calls) and len(ran) == 11
     joined = copies["whole"] / "eval" / "step_000003" / "tiny" / "seed_0.samples.jsonl"
     assert (where.parent.parent / "seed_0.samples.jsonl").read_bytes() == joined.read_bytes()
@@ -281,10 +282,10 @@ def test_the_warning_signal_ends_an_evaluation_between_nothing_and_its_next_run_
     import shutil
     import signal
 
-    from eval import shards
+    from eval import shard_plan
 
     run_dir = tmp_path / trained_run["key"]
-    shutil.copytree(trained_run["dir"], run_dir, ignore=shutil.ignore_patterns("eval", "evals", "eval_result.json"))
+    shutil.copytree(trained_run["dir"], run_dir, ignore=shutil.ignore_patterns("eval"))
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     config["eval"].update({"limit": LIMIT, "shard_samples": 2})
     config["tracking"]["tracking_uri"] = f"sqlite:///{tmp_path / 'other.db'}"
@@ -293,7 +294,7 @@ def test_the_warning_signal_ends_an_evaluation_between_nothing_and_its_next_run_
     env.pop("SLURM_JOB_ID", None)
     code = ("import sys; from orchestrator.cluster.entry import run_eval, EVAL_ENTRY; "
             "run_eval(EVAL_ENTRY, sys.argv[1])")
-    where = shards.shard_dir(run_dir / "eval" / "step_000003", "tiny", 0)
+    where = RunDir(run_dir).eval_step(3).shards("tiny", 0)
     job = subprocess.Popen([sys.executable, "-c", code, str(run_dir)], cwd=tmp_path, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
@@ -304,7 +305,7 @@ def test_the_warning_signal_ends_an_evaluation_between_nothing_and_its_next_run_
     out = job.communicate(timeout=120)[0]
     assert job.returncode == 75, out[-3000:]
     done = {p.name for p in where.glob("*.json")}
-    planned = shards.plan(LIMIT, K, 2)
+    planned = shard_plan.plan(LIMIT, K, 2)
     assert 3 <= len(done) < len(planned), done
     assert not (run_dir / "eval" / "step_000003" / "tiny" / "seed_0.samples.jsonl").exists()
     again = subprocess.run([sys.executable, "-c", code, str(run_dir)], cwd=tmp_path, env=env, capture_output=True,
@@ -312,7 +313,7 @@ def test_the_warning_signal_ends_an_evaluation_between_nothing_and_its_next_run_
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert f"{len(done)} of {len(planned)} shards finished" in again.stdout + again.stderr
     assert {p.name for p in where.glob("*.json")} == {f"{s.name}.json" for s in planned}
-    result = json.loads((run_dir / "eval_result.json").read_text())["result"]
+    result = json.loads(RunDir(run_dir).eval_result.read_text())["result"]
     assert result["tasks"]["tiny"]["status"] == "evaluated"
 
 

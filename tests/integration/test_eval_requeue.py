@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cluster.executor import Options
+from record.rundir import RunDir
 from tests.support.fault_inject import requeues
 from tests.support.fault_row import trainer_requeues
 from tests.support.fault_sweep import REAL_CELL, FaultSweep, job_environment
@@ -53,8 +54,8 @@ def running(job_id: str) -> bool:
 
 
 def test_an_evaluation_cut_twice_resumes_at_its_first_unfinished_shard_and_matches_one_whole_run(tmp_path):
-    from eval import shards
-    from eval.run import evaluate
+    from eval import shard_plan
+    from eval.evaluate import evaluate
 
     job_environment()
     fs = FaultSweep(tmp_path, (*REAL_CELL, *EVAL), REAL_BOTH, max_retries=1)
@@ -77,7 +78,7 @@ def test_an_evaluation_cut_twice_resumes_at_its_first_unfinished_shard_and_match
     assert len(evals) == 1 and requeues(evals[0]["job_id"]) == 2, evals  # the same job, requeued in place twice
     asked = [r for r in trainer_requeues(fs.run_dir) if "evaluation" in r["by"]]
     assert [r["accepted"] for r in asked] == [True, True], asked
-    planned = shards.plan(200, K, SHARD)
+    planned = shard_plan.plan(200, K, SHARD)
     assert markers(fs) == {f"{s.name}.json" for s in planned}
     # Each run of the job says how many shards it found finished; none is computed again after that.
     log = Path(evals[0]["stdout"]).read_text() + Path(evals[0]["stderr"]).read_text()
@@ -86,9 +87,9 @@ def test_an_evaluation_cut_twice_resumes_at_its_first_unfinished_shard_and_match
     done = re.findall(r"shard (p\d+-\d+\.r\d+-\d+) done", log)
     assert len(done) == len(set(done)), "a shard was computed twice"
 
-    step = json.loads((fs.run_dir / "eval_result.json").read_text())["result"]["step"]
+    step = json.loads(RunDir(fs.run_dir).eval_result.read_text())["result"]["step"]
     whole = tmp_path / "whole" / fs.key
-    shutil.copytree(fs.run_dir, whole, ignore=shutil.ignore_patterns("eval", "evals", "eval_result.json"))
+    shutil.copytree(fs.run_dir, whole, ignore=shutil.ignore_patterns("eval"))
     evaluate(whole, tracking_uri=f"sqlite:///{tmp_path / 'whole.db'}", shard_samples=200 * K, log=lambda _: None)
     name = f"step_{step:06d}"
     assert (fs.run_dir / "eval" / name / "tiny" / "seed_0.samples.jsonl").read_bytes() == \

@@ -36,7 +36,7 @@ STANDARD_ERRORS = 4
 
 
 def _evaluate(model: Path, out: Path, backend: str, seeds, shard_samples: int | None = None) -> dict:
-    from eval.run import evaluate
+    from eval.evaluate import evaluate
 
     summary = evaluate(model, tasks=["tiny"], k=K, limit=LIMIT, seeds=list(seeds), backend=backend,
                        max_tokens=MAX_TOKENS, data_dir=out.parent / "data", out_dir=out,

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from record.rundir import RunDir, atomic_write
 from tests.support.browser import chromium
 from tests.support.mlflow_server import MlflowServer
 
@@ -73,7 +74,7 @@ def build_sweep(root: Path, uri: str) -> dict[str, dict]:
                             keys["maj_at_n"]: mean})
         evaluation.log_metrics(metrics, 4)
         evaluation.close("FINISHED")
-        (run_dir / "eval_result.json").write_text(json.dumps({"result": metrics}))
+        atomic_write(RunDir(run_dir).eval_result, json.dumps({"result": metrics}))
     assert "marked FINISHED" in close_parent(records)
     return records
 

@@ -68,7 +68,7 @@ def test_the_model_is_what_the_seams_need(engines):
 def test_training_and_lm_eval_prompt_the_same_tokens(engines, tmp_path):
     """lm-eval's rendered prompt (its own apply_chat_template over the task's doc_to_text) tokenises to the ids the
     trainer's sampler feeds the policy for the same problem."""
-    from eval.run import evaluate
+    from eval.evaluate import evaluate
     from trainer.rollout.sampler import encode
     from trainer.tasks import tiny as tiny_task
     from trainer.tasks.data import prompt_text

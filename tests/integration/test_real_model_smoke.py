@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from record.rundir import RunDir
 from tests.support.real_model import smollm2_dir
 from trainer.rollout import vllm_support
 
@@ -39,7 +40,7 @@ def test_smoke_real_trains_and_evaluates_both_engines_on_slurm(tmp_path):
     engines = set()
     for row in rows:
         run_dir = tmp_path / "smoke-real" / row["run_key"]
-        result = json.loads((run_dir / "eval_result.json").read_text())["result"]
+        result = json.loads(RunDir(run_dir).eval_result.read_text())["result"]
         backend = result["settings"]["backend"]
         assert f"engine: {backend}" in (run_dir / "config.yaml").read_text()  # each cell: one engine throughout
         engines.add(backend)

@@ -1,5 +1,5 @@
 """The reference as a ZeRO-3 inference engine on two real DeepSpeed CPU ranks scores what a full replica does
-(trainer/model/memory.py `build_reference`): sharding moves the weights, never a log-prob."""
+(trainer/model/memory_knobs.py `build_reference`): sharding moves the weights, never a log-prob."""
 
 import json
 import os

@@ -1,5 +1,5 @@
 """`orchestrate report` over a real sweep directory: sweeps/smoke.yaml run to the end by the local executor with
-the orchestrator's probe jobs (ledger, checkpoints, eval_result.json), each cell's training curves logged into a
+the orchestrator's probe jobs (ledger, checkpoints, eval/job_result.json), each cell's training curves logged into a
 real MLflow SQLite store by the real tracker (record/tracking/tracker.py) and its verdict written by the real
 collapse monitor, as the trainer does both. Then the store goes away: the report falls back and says so."""
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.launch.ledger import Ledger
+from record.rundir import RunDir
 from trainer.rollout import vllm_support
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow,
@@ -37,7 +38,7 @@ def test_smoke_vllm_sweep_trains_and_evaluates_every_cell_on_slurm(tmp_path):
         run_dir = tmp_path / "smoke-vllm" / row["run_key"]
         config = (run_dir / "config.yaml").read_text()
         assert "engine: vllm" in config and "backend: vllm" in config
-        result = json.loads((run_dir / "eval_result.json").read_text())
+        result = json.loads(RunDir(run_dir).eval_result.read_text())
         assert result["result"]["settings"]["backend"] == "vllm"
         assert {"eval/tiny/mean_at_4", "eval/tiny_ood/mean_at_4"} <= set(row["eval"]), row["eval"]
         assert 0.0 < row["eval"]["eval/tiny/mean_at_4"] <= 1.0  # the warm start solves some in-domain problems

@@ -1,7 +1,7 @@
 """One contract between `orchestrate status` and the writers of what it shows: the REAL evaluation (the
-orchestrator's eval entry, orchestrator/jobs.py run_eval -> eval.run.evaluate on the tiny model, lm-eval's hf
+orchestrator's eval entry, orchestrator/jobs.py run_eval -> eval.evaluate.evaluate on the tiny model, lm-eval's hf
 backend on CPU, a real MLflow sqlite store) and the REAL collapse monitor write into a run directory laid out by
-`materialise` from sweeps/smoke.yaml; status reads them back. No eval_result.json or verdict.json by hand."""
+`materialise` from sweeps/smoke.yaml; status reads them back. No eval/job_result.json or verdict.json by hand."""
 
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ def test_status_shows_what_the_real_eval_and_collapse_writers_wrote(tmp_path, mo
     trained(run_dir, model_dir, monitor)
     monitor.write(run_dir / "verdict.json")
     start = time.monotonic()
-    summary = run_eval(EVAL_ENTRY, str(run_dir))  # the orchestrator's eval job: evaluate, then eval_result.json
+    summary = run_eval(EVAL_ENTRY, str(run_dir))  # the orchestrator's eval job: evaluate, then eval/job_result.json
     print(f"evaluation took {time.monotonic() - start:.1f}s")
 
     written = summary["tasks"]["tiny"]["metrics"][f"eval/tiny/mean_at_{K}"]

@@ -25,6 +25,7 @@ from orchestrator.launch.plan import make_plan
 from orchestrator.launch.submit import launch
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.watch.watcher import Watcher
+from record.rundir import RunDir
 from tests.support.fault_row import probe_row
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
@@ -113,16 +114,16 @@ def test_arrays_chain_evaluations_task_by_task_and_a_relaunch_submits_nothing(ma
         train, ev = latest(record, "train"), latest(record, "eval")
         assert record["final"]["status"] == "completed" and ev["state"] == "COMPLETED"
         assert ev["start"] >= train["end"]  # the evaluation waited for its own training task
-        result = json.loads((Path(record["run_dir"]) / "eval_result.json").read_text())
+        result = json.loads(RunDir(record["run_dir"]).eval_result.read_text())
         assert result["result"]["step"] == 3 and result["code"].startswith(str(sweep_dir / "code"))
     # the failing cell: retried once, then given up on the repeated exit code; no evaluation ever ran
     assert failing["final"]["status"] == "gave_up" and "failed twice with exit code 3:0" in failing["final"]["reason"]
     assert [j["state"] for j in attempts(failing, "train")] == ["FAILED", "FAILED"]
     assert {j["state"] for j in attempts(failing, "eval")} == {"CANCELLED"}
-    assert not (Path(failing["run_dir"]) / "eval_result.json").exists()
+    assert not RunDir(failing["run_dir"]).eval_result.exists()
     # the collapsed cell failed too, but a collapse is a result: never resubmitted
     assert collapsed["final"]["status"] == "collapsed" and len(attempts(collapsed, "train")) == 1
-    assert not (Path(collapsed["run_dir"]) / "eval_result.json").exists()
+    assert not RunDir(collapsed["run_dir"]).eval_result.exists()
 
     before = jobs_named(Ledger(sweep_dir).records(), started)
     again = launch(sweep, sweep_dir, SlurmBackend(sweep_dir, PROBE), PROBE)

@@ -257,7 +257,7 @@ def test_a_sweep_by_an_unprivileged_user_with_export_none_survives_a_renamed_che
         assert all(r["final"]["status"] == "completed" for r in records.values()), records
         assert [a["state"] for a in attempts(records[killed], "train")] == ["FAILED", "COMPLETED"]
         for key in keys:
-            result = json.loads((sweep_dir / key / "eval_result.json").read_text())
+            result = json.loads(RunDir(sweep_dir / key).eval_result.read_text())
             assert {"tiny", "math_test"} <= set(result["result"]["tasks"]), result
             got = histories(sweep_dir / key)
             assert got and all(len(v) == len({s for s, _ in v}) for v in got.values()), got  # every step once

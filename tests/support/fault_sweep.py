@@ -24,7 +24,7 @@ from orchestrator.launch.ledger import Ledger, latest
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import make_plan
 from orchestrator.launch.submit import LaunchReport, launch
-from orchestrator.status.watcher import read_info
+from orchestrator.status.watcher_info import read_info
 from orchestrator.sweep.expand import Sweep, load_sweep
 from orchestrator.watch.job import Starter
 from orchestrator.watch.watcher import Watcher

@@ -1,5 +1,5 @@
 """One rank of the sharded-reference check: the tiny model's reference as a ZeRO-3 inference engine
-(trainer/model/memory.py) and as a full replica score this rank's rows; prints both as JSON.
+(trainer/model/memory_knobs.py) and as a full replica score this rank's rows; prints both as JSON.
 
     RANK=r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=p python tests/support/reference_ranks.py OUT_DIR
 """
@@ -16,7 +16,7 @@ from trainer.config.run import RunConfig  # noqa: E402
 from trainer.model import distributed  # noqa: E402
 from trainer.model.build import model_path  # noqa: E402
 from trainer.model.logprobs import score_logprobs  # noqa: E402
-from trainer.model.memory import build_reference  # noqa: E402
+from trainer.model.memory_knobs import build_reference  # noqa: E402
 from trainer.train import CACHE  # noqa: E402
 
 

@@ -175,7 +175,7 @@ def test_one_launch_keeps_its_plain_names(tmp_path, monkeypatch, capsys):
 
 
 def test_lm_evals_git_call_is_quiet_outside_a_checkout(tmp_path, monkeypatch, capfd):
-    from eval.run import quiet_git_hash
+    from eval.evaluate import quiet_git_hash
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))  # never find a repository above tmp

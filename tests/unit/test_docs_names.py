@@ -127,7 +127,7 @@ class Checker:
         self.names_in(where, self.root / path, names)
 
     def dotted(self, where: str, span: str) -> None:
-        """`trainer.objective.kl.describe_objective`, `orchestrator.jobs:train_job`, `eval.run.evaluate()`."""
+        """`trainer.objective.kl.describe_objective`, `orchestrator.jobs:train_job`, `eval.evaluate.evaluate()`."""
         match = DOTTED.match(span)
         if not match:
             return

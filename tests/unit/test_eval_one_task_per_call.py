@@ -8,7 +8,7 @@ import pytest
 from lm_eval.api.model import LM
 
 from eval import backends
-from eval import run as eval_run
+from eval import evaluate as eval_run
 from tests.fixtures.eval_data import prepare_fixture_data
 
 TASKS = ["tiny", "tiny_ood"]

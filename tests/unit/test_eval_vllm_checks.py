@@ -78,7 +78,7 @@ def settings(max_tokens: int = 12):
 
 
 def test_both_problems_at_once(tmp_path, cpu_with_vllm):
-    from eval.run import _vllm_args
+    from eval.evaluate import _vllm_args
     from eval.target import EvalError
 
     with pytest.raises(EvalError, match="head size 20 .*; max_model_len 16 cannot hold"):
@@ -86,7 +86,7 @@ def test_both_problems_at_once(tmp_path, cpu_with_vllm):
 
 
 def test_max_model_len_is_the_budget_capped_by_the_model(tmp_path, cpu_with_vllm):
-    from eval.run import _vllm_args
+    from eval.evaluate import _vllm_args
 
     assert _vllm_args(model_dir(tmp_path / "a"), None, settings(), {}, prompt_tokens=10)["max_model_len"] == 22
     assert _vllm_args(model_dir(tmp_path / "b", positions=20), None, settings(), {}, 8)["max_model_len"] == 20

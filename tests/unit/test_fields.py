@@ -36,7 +36,7 @@ def test_nothing_classified_is_gone():
 def test_classes_are_the_three():
     assert set(fields_table.FIELDS.values()) == {fields_table.COMPUTES, fields_table.EVALUATES,
                                                   fields_table.MACHINERY}
-    # every eval field but how the work is cut into lm-eval calls (eval/shards.py: the same samples on HF)
+    # every eval field but how the work is cut into lm-eval calls (eval/shard_plan.py: the same samples on HF)
     assert all(fields_table.of(p) == fields_table.EVALUATES for p in fields_table.FIELDS
                if p.startswith("eval.") and p != "eval.shard_samples")
     assert fields_table.of("eval.shard_samples") == fields_table.MACHINERY

@@ -1,4 +1,4 @@
-"""The memory knobs change memory, never a gradient (trainer/config/memory.py, trainer/model/memory.py,
+"""The memory knobs change memory, never a gradient (trainer/config/memory.py, trainer/model/memory_knobs.py,
 trainer/model/logprobs.py).
 
 Real parts: HF models built from published configs (random weights, reduced depth; trainer/analysis/model_shapes.py),
@@ -15,7 +15,7 @@ from trainer.config.memory import CHECKPOINTING_MIN_PARAMS_B, MemoryConfig
 from trainer.config.run import RunConfig
 from trainer.model import shared_prompt
 from trainer.model.logprobs import TokenBatch, chunked_logprobs, collate, response_logprobs
-from trainer.model.memory import apply_checkpointing, apply_shared_prompt, reference_used, wants_reference
+from trainer.model.memory_knobs import apply_checkpointing, apply_shared_prompt, reference_used, wants_reference
 
 # Gradient checkpointing recomputes the same fp32 ops on the same inputs: on CPU the gradients agree bitwise (the
 # tolerance is 0); the chunked log-softmax sums logsumexp in another order: 1e-5 relative in fp32.

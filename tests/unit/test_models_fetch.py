@@ -1,4 +1,4 @@
-"""`orchestrate models fetch` (orchestrator/cluster/fetch.py): what can be tested without a hub. A cached model is
+"""`orchestrate models fetch` (orchestrator/launch/fetch_models.py): what can be tested without a hub. A cached model is
 found offline, a local directory is checked whole, a gated or unreachable model says what to do. A real download
 (huggingface_hub's client against a local server in the hub's layout) is tests/unit/test_models_fetch_http.py."""
 
@@ -13,7 +13,7 @@ import huggingface_hub
 from huggingface_hub import constants as hf_constants
 from huggingface_hub.errors import GatedRepoError
 
-from orchestrator.cluster.fetch import fetch_models
+from orchestrator.launch.fetch_models import fetch_models
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from huggingface_hub import constants as hf_constants
 
-from orchestrator.cluster.fetch import PATTERNS, fetch_models, human_size
 from orchestrator.cluster.paths import Resolver
+from orchestrator.launch.fetch_models import PATTERNS, fetch_models, human_size
 from record.identity.weights import model_identity
 from tests.support.hub_server import HubServer
 
@@ -35,7 +35,7 @@ def served(tmp_path_factory) -> Path:
     tokenizer = build_tokenizer()
     build_model(fast_config(), tokenizer).save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
-    (out / "README.md").write_text("not fetched: no pattern of orchestrator/cluster/fetch.py takes it\n")
+    (out / "README.md").write_text("not fetched: no pattern of orchestrator/launch/fetch_models.py takes it\n")
     return out
 
 

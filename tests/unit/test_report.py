@@ -1,7 +1,7 @@
 """`orchestrate report`'s pure parts (orchestrator/report/paper.py, its page: page.py) and the command over a small
 sweep directory whose files come from the real writers: the ledger's records (orchestrator/launch/ledger.py), the
-collapse monitor's verdict and checkpoint history (trainer/run/collapse.py), eval_result.json as
-orchestrator/jobs.py writes it."""
+collapse monitor's verdict and checkpoint history (trainer/run/collapse.py), eval/job_result.json as
+orchestrator/cluster/entry.py writes it."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from orchestrator.launch import ledger as L
 from orchestrator.report import page, paper
 from orchestrator.status import cells
 from record.display import cell_name
-from record.rundir import tag_for
+from record.rundir import RunDir, tag_for
 from record.tracking.ui import shown_uri
 from trainer.run.collapse import CollapseMonitor
 
@@ -25,14 +25,14 @@ STEPS = 12
 
 
 def eval_summary(score: float) -> dict:
-    """eval.run.evaluate()'s summary shape, one task, mean@4."""
+    """eval.evaluate.evaluate()'s summary shape, one task, mean@4."""
     return {"tasks": {"tiny": {"status": "evaluated", "metrics": {"eval/tiny/mean_at_4": score}}}}
 
 
 def add_cell(sweep_dir: Path, axes: dict, *, blowup_at: int | None = None, score: float | None = None,
              train_state: str = "COMPLETED", final: str | None = "completed", last_step: int = STEPS) -> str:
     """One cell as a local-executor run leaves it: ledger record, config.yaml, the checkpoint's collapse history
-    and verdict (CollapseMonitor), last_metrics.json and, when `score` is given, eval_result.json."""
+    and verdict (CollapseMonitor), last_metrics.json and, when `score` is given, eval/job_result.json."""
     key = "".join(f"{v}" for v in axes.values()).replace(".", "")
     run_dir = sweep_dir / key
     record = L.new_record(sweep_dir.name, key, cell_name(tuple(axes.items())), axes, run_dir)
@@ -57,7 +57,7 @@ def add_cell(sweep_dir: Path, axes: dict, *, blowup_at: int | None = None, score
     write_json(run_dir / "last_metrics.json", {"step": last_step, "metrics": {"train/reward_mean": 0.5,
                                                                               "train/kl_k1": 0.02}})
     if score is not None:
-        write_json(run_dir / "eval_result.json", {"result": eval_summary(score), "code": "/c", "at": 1.0})
+        write_json(RunDir(run_dir).eval_result, {"result": eval_summary(score), "code": "/c", "at": 1.0})
     return key
 
 
@@ -230,8 +230,9 @@ def test_a_report_names_a_store_without_a_machines_path_or_a_password(tmp_path, 
 
 
 def test_the_report_says_when_cells_were_evaluated_two_ways_or_trained_under_two_gradients(sweep):
-    """The report reads what the evaluation and the trainer wrote (evals/<id>.json, objective.json) and says so."""
-    from record.rundir import RunDir, atomic_write
+    """The report reads what the evaluation and the trainer wrote (eval/evaluations/<id>.json, objective.json) and
+    says so."""
+    from record.rundir import atomic_write
     from trainer.config.run import RunConfig
     from trainer.train import objective_manifest
 

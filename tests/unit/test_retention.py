@@ -14,7 +14,7 @@ from orchestrator.launch import ledger as L
 from orchestrator.launch.ledger import Ledger
 from orchestrator.watch.retention import FINAL_EXPORT, freed_line, keep_final_export
 from orchestrator.watch.watcher import Watcher
-from record.rundir import EXPORT_MARKER, RunDir, tag_for
+from record.rundir import EXPORT_MARKER, RunDir, atomic_write, tag_for
 
 SHARD = 4096  # bytes of each fake shard file
 
@@ -36,7 +36,7 @@ def run_dir(root: Path, evaluated: bool = True, exported: bool = True) -> Path:
     if exported:
         (export / EXPORT_MARKER).write_text("{}")
     if evaluated:
-        run.eval_result.write_text(json.dumps({"result": {}}))
+        atomic_write(run.eval_result, json.dumps({"result": {}}))
     return root
 
 

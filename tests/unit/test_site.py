@@ -119,7 +119,7 @@ def test_the_snapshot_holds_every_package_a_job_imports(tmp_path):
     """A job's modules all come from the snapshot, none from the checkout (record/ was missing: an edit there
     reached queued jobs). A fresh interpreter imports the job entries with only the snapshot on its path."""
     snap = snapshot_code(tmp_path / "sweep")
-    probe = ("import sys, orchestrator.jobs, eval.run, trainer.train, record.tracking.tracker\n"
+    probe = ("import sys, orchestrator.jobs, eval.evaluate, trainer.train, record.tracking.tracker\n"
              "print('\\n'.join(m.__file__ for name, m in list(sys.modules.items()) if getattr(m, '__file__', None)\n"
              "      and name.split('.')[0] in ('orchestrator', 'trainer', 'eval', 'record')))")
     env = {**os.environ, "PYTHONPATH": str(snap), "PYTHONSAFEPATH": "1"}

@@ -15,6 +15,7 @@ from rich.console import Console
 from orchestrator.cli import main
 from orchestrator.launch import ledger as L
 from orchestrator.status import cells, outcomes, tables
+from record.rundir import RunDir, atomic_write
 
 REASON = "train/kl_k1 went above 10x its early value (0.1) at step 8"
 TASKS = {"tiny": 0.524, "tiny_ood": 0.161}
@@ -22,7 +23,8 @@ WORD = r"[\w./@-]+"  # what a line break must not split: names, keys, numbers
 
 
 def eval_result(shift: float = 0.0, k: int = 4) -> dict:
-    """eval_result.json as orchestrator/jobs.py run_eval writes it around eval.run.evaluate()'s summary."""
+    """eval/job_result.json as orchestrator/cluster/entry.py run_eval writes it around eval.evaluate.evaluate()'s
+    summary."""
     tasks = {t: {"status": "evaluated", "metrics": {f"eval/{t}/mean_at_{k}": v + shift, f"eval/{t}/pass_at_1": v}}
              for t, v in TASKS.items()}
     return {"result": {"target": "/r", "run_key": "k", "step": 4, "settings": {"k": k}, "tasks": tasks,
@@ -50,7 +52,7 @@ def write_cell(sweep_dir: Path, estimator: str, placement: str, seed: int, *, ev
     (run_dir / "checkpoints" / "step_000004" / "state.json").write_text(
         json.dumps({"step": 4, "collapse": {"history": history}}))
     if evaluated is not None:
-        (run_dir / "eval_result.json").write_text(json.dumps(evaluated))
+        atomic_write(RunDir(run_dir).eval_result, json.dumps(evaluated))
     if judged is not None:
         (run_dir / "verdict.json").write_text(json.dumps(judged))
     L.Ledger(sweep_dir).save(record)

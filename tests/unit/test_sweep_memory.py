@@ -13,7 +13,7 @@ import yaml
 
 from orchestrator.cluster.profile import SlurmProfile
 from orchestrator.sweep.expand import load_sweep
-from orchestrator.sweep.memory import plan_report
+from orchestrator.sweep.resource_plan import plan_report
 from record.errors import ConfigError
 from trainer.analysis.memory_plan import eval_plan
 from trainer.config.run import RunConfig

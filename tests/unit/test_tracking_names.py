@@ -17,6 +17,7 @@ from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import make_plan
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.tracking.sweep import close_parent, links, summary_fields
+from record.rundir import RunDir, atomic_write
 from record.tracking.run_names import axis_params, sweep_tags
 from record.tracking.tracker import MlflowTracker
 from record.tracking.ui import compare_url, experiment_url, lead_first, serve_command
@@ -107,7 +108,7 @@ def test_the_settled_sweeps_parent_gets_the_best_configuration_and_the_counts_by
     for cell in sweep.cells:
         open_cell(sweep, cell).close()
         run_dir = sweep.dir / cell.run_key
-        (run_dir / "eval_result.json").write_text(json.dumps(
+        atomic_write(RunDir(run_dir).eval_result, json.dumps(
             {"result": {"tasks": {"tiny": {"metrics": {"eval/tiny/mean_at_4": means[cell.name]}}}}}))
         verdict = "collapsed" if cell.name == "k1-reward-s0" else "stable"
         (run_dir / "verdict.json").write_text(json.dumps({"verdict": verdict, "step": 3, "reason": "r"}))

@@ -19,7 +19,7 @@ from orchestrator.launch.plan import triage
 from orchestrator.preflight import testonly
 from orchestrator.status.outcomes import cell_row
 from orchestrator.sweep.expand import load_sweep
-from orchestrator.sweep.memory import plan_report
+from orchestrator.sweep.resource_plan import plan_report
 from orchestrator.watch.watcher import decide
 from record.errors import ConfigError, UserError
 

@@ -1,4 +1,4 @@
-"""rollout.gpu_memory_utilization by model from the Slurm profile (orchestrator/cluster/vllm_share.py): a sweep's
+"""rollout.gpu_memory_utilization by model from the Slurm profile (orchestrator/sweep/rollout_share.py): a sweep's
 explicit value wins over the profile's map, which wins over the config default; the value never changes a cell's
 run_key; the dry run shows it with where it came from; and a100.yaml's fractions keep the memory plan's figures."""
 
@@ -56,7 +56,7 @@ def test_a_model_entry_wins_over_size_bounds_and_the_smallest_bound_that_holds_i
     profile = SlurmProfile.from_dict({"partition": "gpu", "rollout_gpu_memory_utilization": [
         {"max_params_b": 9, "fraction": 0.5}, {"max_params_b": 5, "fraction": 0.6},
         {"model": "Org/Named-8B", "fraction": 0.4}]}, "p")
-    from orchestrator.cluster.vllm_share import profile_fraction
+    from orchestrator.sweep.rollout_share import profile_fraction
 
     rules = profile.rollout_shares
     assert profile_fraction(rules, "Org/Named-8B", 8.0).fraction == 0.4

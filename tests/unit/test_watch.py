@@ -16,6 +16,7 @@ from orchestrator.launch.baseline_jobs import baseline_ledger
 from orchestrator.launch.ledger import Ledger
 from orchestrator.launch.plan import triage
 from orchestrator.watch.watcher import REQUEUE_GRACE_S, Watcher, decide, decide_baseline
+from record.rundir import RunDir
 
 NOW = 10_000.0
 
@@ -310,7 +311,7 @@ def test_a_job_slurm_requeues_in_place_is_never_submitted_again_beside_it(tmp_pa
 
 
 def test_an_evaluation_attempt_that_finished_shards_spends_no_retry_budget():
-    """A 26 h evaluation in 4 h jobs needs seven attempts: those that finished a shard (eval/shards.py markers
+    """A 26 h evaluation in 4 h jobs needs seven attempts: those that finished a shard (eval/shard_plan.py markers
     name their job) advanced it and are not counted; an attempt that finished none is, so a shard that can never
     fit still ends."""
     timeouts = [evaluation("TIMEOUT") for _ in range(5)]
@@ -324,18 +325,18 @@ def test_an_evaluation_attempt_that_finished_shards_spends_no_retry_budget():
 
 
 def test_the_jobs_that_finished_shards_are_read_from_the_shard_markers(tmp_path, monkeypatch):
-    from eval import shards
+    from eval import shard_plan
 
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     monkeypatch.delenv("SLURM_ARRAY_JOB_ID", raising=False)
-    root = tmp_path / "eval" / "step_000004"
-    shard = shards.Shard(0, 1, 0, 1)
+    root = RunDir(tmp_path).eval_step(4)
+    shard = shard_plan.Shard(0, 1, 0, 1)
     row = {"doc_id": 0, "samples": ["x"], "scores": [1.0], "answers": ["1"]}
-    shards.save(root, "tiny", 0, shard, [row], {}, 0.1)
+    shard_plan.save(root, "tiny", 0, shard, [row], {}, 0.1)
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "80")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
-    shards.save(root, "tiny", 1, shard, [row], {}, 0.1)
-    assert shards.jobs_with_shards(tmp_path) == {"77", "80_3"}
+    shard_plan.save(root, "tiny", 1, shard, [row], {}, 0.1)
+    assert shard_plan.jobs_with_shards(tmp_path) == {"77", "80_3"}
 
 
 def test_status_says_how_many_shards_a_running_evaluation_has_done():

@@ -13,7 +13,7 @@ from orchestrator.cluster.query import JobRow
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import make_plan
 from orchestrator.launch.submit import launch
-from orchestrator.status import watcher as ws
+from orchestrator.status import watcher_info as ws
 from orchestrator.sweep.expand import load_sweep
 
 REPO = Path(__file__).resolve().parents[2]

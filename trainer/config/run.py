@@ -205,7 +205,7 @@ class EvalConfig:
     # Only the first N problems of each task (a smoke run on a CPU model); null: all of them, as the paper.
     limit: int | None = None
     # At most this many samples (problems x repeats) an lm-eval call: a task is evaluated in shards, each saved as it
-    # ends, so a job cut by its time limit resumes at its first unfinished shard (eval/shards.py). null: one call a
+    # ends, so a job cut by its time limit resumes at its first unfinished shard (eval/shard_plan.py). null: one call a
     # task.
     shard_samples: int | None = None
 

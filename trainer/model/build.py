@@ -10,7 +10,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from record.errors import UserError
 from trainer.config.run import RunConfig
-from trainer.model import distributed, memory
+from trainer.model import distributed, memory_knobs
 from trainer.model import source as model_source
 from trainer.tasks.budget import measure, prompt_budget_problems
 
@@ -43,7 +43,7 @@ def train_dtype(cfg: RunConfig, dist: distributed.DistInfo) -> torch.dtype:
 def build_engine(cfg: RunConfig, path: str, dist: distributed.DistInfo,
                  micro_batches: int) -> tuple[DeepSpeedEngine, torch.nn.Module | None, PreTrainedTokenizerBase]:
     """The policy under DeepSpeed ZeRO-3 (gradient checkpointing per `memory`), the frozen reference
-    (trainer/model/memory.py: sharded, a replica, or None), and the tokenizer."""
+    (trainer/model/memory_knobs.py: sharded, a replica, or None), and the tokenizer."""
     # After distributed.init: DeepSpeed picks its accelerator (DS_ACCELERATOR) when it is first imported.
     import deepspeed  # noqa: PLC0415
 
@@ -55,8 +55,8 @@ def build_engine(cfg: RunConfig, path: str, dist: distributed.DistInfo,
     check_prompt_budget(cfg, tokenizer)  # before minutes of model loading
     torch.manual_seed(cfg.seed)
     policy = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    memory.apply_checkpointing(policy, cfg)
-    memory.apply_shared_prompt(policy, cfg)
+    memory_knobs.apply_checkpointing(policy, cfg)
+    memory_knobs.apply_shared_prompt(policy, cfg)
     # On CPU, the fused AdamW kernel: ZeRO-3 hands the optimizer one flat fp32 partition, which the default
     # implementation walks a dozen times a step (on SmolLM2, 0.4 s of a 1.4 s optimizer step; fused 0.07 s). The
     # same update up to rounding (docs/trainer.md, "Speed"). On GPU, torch's default.
@@ -72,4 +72,4 @@ def build_engine(cfg: RunConfig, path: str, dist: distributed.DistInfo,
     with distributed.serial_helper_threads(gpu):
         engine, _, _, _ = deepspeed.initialize(model=policy, optimizer=optim, lr_scheduler=sched, config=ds)
     # After the policy: a ZeRO-3 reference joins the process group the policy's engine set up.
-    return engine, memory.build_reference(cfg, path, dist, dtype), tokenizer
+    return engine, memory_knobs.build_reference(cfg, path, dist, dtype), tokenizer

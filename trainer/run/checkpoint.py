@@ -181,8 +181,8 @@ def prune_before(run: RunDir, step: int, keep_last: int) -> None:
     step's own torn directory among them: a re-save must not be taken as complete before it is)."""
     complete = [c["tag"] for c in candidates(run) if (step_of(c["tag"]) or 0) < step and problem(run, c["tag"]) is None]
     keep = set(sorted(complete)[-max(1, keep_last - 1):])
-    for d in run.checkpoints.glob("step_*"):
-        if d.is_dir() and d.name not in keep:
+    for d in run.checkpoint_dirs():
+        if d.name not in keep:
             shutil.rmtree(d, ignore_errors=True)
 
 
@@ -190,7 +190,7 @@ def prune(run: RunDir, keep_last: int) -> None:
     """After a save: delete all but the newest `keep_last` complete checkpoints (never the one latest.json
     names)."""
     current = latest(run)
-    tags = sorted(p.name for p in run.checkpoints.glob("step_*") if p.is_dir())
+    tags = [p.name for p in run.checkpoint_dirs()]
     keep = set(tags[-keep_last:]) | ({current["tag"]} if current else set())
     for t in tags:
         if t not in keep:

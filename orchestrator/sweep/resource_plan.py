@@ -3,7 +3,7 @@ peak per GPU and the evaluation job's host and GPU memory (trainer/analysis/memo
 `gpu_mem_gb` and eval `mem_gb`, and the checks a job makes at its start with the tokenizer and the data
 (orchestrator/sweep/job_start.py). `orchestrate validate` and the sweep's dry run print them; validate and a
 submission refuse a plan that does not fit, naming the knob to turn. Beside them, the evaluation's time: its
-largest task at the token cap, and the shards it runs in (eval/shards.py): each at most a third of the eval job's
+largest task at the token cap, and the shards it runs in (eval/shard_plan.py): each at most a third of the eval job's
 time limit, so a job cut by its limit loses at most one shard and its requeue resumes at the next; `eval.shard_samples`
 is planned here for every cell that leaves it null (`with_shard_plan`), and a sweep where one decode batch alone
 exceeds a third of the limit is refused. Nothing is written; read are the sweep, the task files and (job_start.py)
@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from eval import local_data, taskfiles
-from eval.shards import plan as plan_shards
-from orchestrator.cluster.vllm_share import source
+from eval.shard_plan import plan as plan_shards
 from orchestrator.sweep.job_start import job_start_report
+from orchestrator.sweep.rollout_share import source
 from trainer.analysis.memory_plan import EvalPlan, MemoryPlan, eval_plan, plan
 from trainer.analysis.model_shapes import shape_of
 from trainer.config.run import TINY_MODEL
@@ -109,7 +109,7 @@ def model_sizes(sweep) -> tuple[list[str], list[str]]:
 
 def share_lines(sweep) -> list[str]:
     """Each vLLM-rollout model's resolved rollout.gpu_memory_utilization on a GPU profile, and where it came from
-    (orchestrator/cluster/vllm_share.py: the sweep's value, else the profile's map, else the default). On a CPU
+    (orchestrator/sweep/rollout_share.py: the sweep's value, else the profile's map, else the default). On a CPU
     profile vLLM's KV cache is bounded by VLLM_CPU_KVCACHE_SPACE instead, so nothing is said."""
     lines, seen = [], set()
     for cell in sweep.cells:
@@ -155,7 +155,7 @@ def with_shard_plan(cells, profile) -> list:
 
 def eval_time_report(sweep) -> tuple[list[str], list[str]]:
     """Per evaluation plan: its largest task's worst-case hours, and the shards it runs in (each at most a third of
-    the eval job's time limit, eval/shards.py), or a problem where one sample alone does not fit. Nothing where the
+    the eval job's time limit, eval/shard_plan.py), or a problem where one sample alone does not fit. Nothing where the
     profile states no gpu_mem_gb (no vLLM share)."""
     lines, problems, seen, memo = [], [], set(), {}
     limit_h = sweep.profile.eval.time_min / 60

@@ -1,5 +1,6 @@
-"""One task of one evaluation seed, shard by shard (eval/shards.py): each unfinished shard is one lm-eval call over
-its problems with its repeats, saved when it ends; then the shards are merged into the seed's files.
+"""One task of one evaluation seed, run shard by shard (the plan: eval/shard_plan.py): each unfinished shard is one
+lm-eval call over its problems with its repeats, saved when it ends; then the shards are merged into the seed's
+files.
 
 Sampling, HF backend, with eval.shard_samples set: each sample is generated alone and seeded by (evaluation seed, its
 prompt's tokens, its repeat index) (eval/backends.py `seeded_samples`), so a task gives the same samples in one shard
@@ -15,53 +16,28 @@ import json
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
 from pathlib import Path
 
 import lm_eval
 from lm_eval.tasks import TaskManager
 
-from eval import backends, outcome, shards, taskfiles
+from eval import backends, outcome, shard_plan, taskfiles
 from eval.outcome import Settings
-from record.rundir import RunDir, atomic_write, sha256_file
-from trainer.tasks.common import read_jsonl, write_jsonl
+from eval.shard_plan import Shard, TaskPlan, plan_task
+from record.rundir import EvalStep, atomic_write
+from trainer.tasks.common import write_jsonl
 
 
-@dataclass(frozen=True)
-class TaskPlan:
-    """One task and seed's shards: the problems (the first `limit`), the plan, those still to run, and what each
-    shard's marker must record."""
-
-    task: str
-    seed: int
-    data_file: Path
-    root: Path  # <run_dir>/eval/step_N
-    rows: list
-    planned: list
-    todo: list
-    provenance: dict
-    seeded: bool  # HF: each sample seeded on its own (eval.shard_samples set), else lm-eval's batches as they are
-
-
-def plan_task(task: str, seed: int, data_file: Path, settings: Settings, root: Path, samples_per_shard: int | None,
-              force: bool) -> TaskPlan:
-    rows = read_jsonl(data_file)[:settings.limit] if settings.limit else read_jsonl(data_file)
-    planned = shards.plan(len(rows), settings.k, samples_per_shard)
-    provenance = {"settings": settings.record(), "data_sha256": sha256_file(data_file), "seed": seed}
-    todo = [s for s in planned if force or not shards.finished(root, task, seed, s, provenance)]
-    return TaskPlan(task, seed, data_file, root, rows, planned, todo, provenance, samples_per_shard is not None)
-
-
-def run_shard(model, plan: TaskPlan, shard: shards.Shard, generation: dict, settings: Settings) -> float:
+def run_shard(model, plan: TaskPlan, shard: Shard, generation: dict, settings: Settings) -> float:
     """One shard: its lm-eval call, then its files; the seconds it took."""
     began = time.monotonic()
     out = _one_call(model, plan.task, plan.seed, plan.rows, shard, plan.root, generation, settings, plan.seeded)
-    shards.save(plan.root, plan.task, plan.seed, shard, outcome.sample_rows(plan.task, out, shard.lo), plan.provenance,
-                time.monotonic() - began)
+    shard_plan.save(plan.root, plan.task, plan.seed, shard, outcome.sample_rows(plan.task, out, shard.lo),
+                    plan.provenance, time.monotonic() - began)
     return time.monotonic() - began
 
 
-def evaluate(model, task: str, seed: int, data_file: Path, settings: Settings, root: Path, generation: dict,
+def evaluate(model, task: str, seed: int, data_file: Path, settings: Settings, root: EvalStep, generation: dict,
              samples_per_shard: int | None, force: bool, log: Callable[[str], None]) -> dict:
     """The task's metrics for `seed` (the mean over its problems), every shard run or found finished (`force`:
     every shard run again), one after another in this process."""
@@ -82,10 +58,10 @@ def announce(plan: TaskPlan, samples_per_shard: int | None, log: Callable[[str],
     _progress(plan, done)
 
 
-def shard_done(plan: TaskPlan, shard: shards.Shard, took: float, log: Callable[[str], None],
+def shard_done(plan: TaskPlan, shard: Shard, took: float, log: Callable[[str], None],
                who: str = "") -> None:
     """Progress after a shard (the progress file counts the markers: workers finish shards in any order)."""
-    done = sum(shards.finished(plan.root, plan.task, plan.seed, s, plan.provenance) for s in plan.planned)
+    done = sum(shard_plan.finished(plan.root, plan.task, plan.seed, s, plan.provenance) for s in plan.planned)
     _progress(plan, done)
     if len(plan.planned) > 1:
         log(f"[eval] {plan.task} seed {plan.seed}: shard {shard.name} done{who} ({done} of {len(plan.planned)}, "
@@ -94,15 +70,16 @@ def shard_done(plan: TaskPlan, shard: shards.Shard, took: float, log: Callable[[
 
 def finish(plan: TaskPlan, settings: Settings, seconds: float) -> dict:
     """The shards joined into the seed's files; its metrics."""
-    merged, metrics = shards.merge(plan.root, plan.task, plan.seed, plan.planned)
+    merged, metrics = shard_plan.merge(plan.root, plan.task, plan.seed, plan.planned)
     return outcome.save_seed(plan.root, plan.task, plan.seed, merged, metrics, settings, plan.data_file, seconds,
                              {"shards": [s.record() for s in plan.planned]})
 
 
 def _progress(plan: TaskPlan, done: int) -> None:
-    """`<run_dir>/eval_progress.json`: shards done of total per task and seed of the evaluation running now."""
+    """The run's progress file (record/rundir.py `RunDir.eval_progress`): shards done of total per task and seed of the
+    evaluation running now."""
     root = plan.root
-    path = RunDir(root.parent.parent).eval_progress
+    path = root.run_dir.eval_progress
     try:
         known = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
@@ -115,9 +92,9 @@ def _progress(plan: TaskPlan, done: int) -> None:
 
 def _one_call(model, task, seed, rows, shard, root, generation, settings, seeded=True) -> dict:
     """lm-eval over the shard's problems with its repeats, from the shard's own data file and task file."""
-    where = shards.shard_dir(root, task, seed) / shard.name
-    data = write_jsonl(rows[shard.lo:shard.hi], where / taskfiles.data_file(task))
-    rendered = taskfiles.render({task: data}, where / "tasks", shard.r1 - shard.r0, generation)
+    data = write_jsonl(rows[shard.lo:shard.hi], root.shard_call(task, seed, shard.name) / taskfiles.data_file(task))
+    rendered = taskfiles.render({task: data}, root.shard_tasks(task, seed, shard.name), shard.r1 - shard.r0,
+                                generation)
     manager = TaskManager(include_path=str(rendered), include_defaults=False)
     with backends.seeded_samples(model, seed, shard.r0) if seeded else nullcontext():
         return lm_eval.simple_evaluate(

@@ -6,9 +6,10 @@
    baseline directory (its config's `model.name_or_path` itself, at step 0, nothing exported), or a plain HF model
    directory. Settings come from the run's `eval` config (k, temperature, top_p, max_tokens, chat
    template, seeds); arguments override them.
-2. Skip every task whose marker `<run_dir>/eval/step_N/<task>.done.json` records the same settings and data
-   (unless `force`). Then export the checkpoint to HF format (trainer/run/export.py), render the task YAMLs
-   (eval/taskfiles.py) and run `lm_eval.simple_evaluate` once per evaluation seed over the pending tasks.
+2. Skip every task whose marker `<run_dir>/eval/step_N/<task>.done.json` (record/rundir.py `EvalStep`) records the
+   same settings and data (unless `force`). Then export the checkpoint to HF format (trainer/run/export.py), render
+   the task YAMLs (eval/taskfiles.py) and run `lm_eval.simple_evaluate` once per evaluation seed over the pending
+   tasks.
 3. Per task (eval/outcome.py): the per-sample outputs as jsonl, lm-eval's numbers as json, the mean over seeds
    logged as `eval/<task>/mean_at_<k>`, `pass_at_1`, `pass_at_<k>`, `maj_at_<k>` at the checkpoint's step into the
    SAME MLflow run as the training (reopened by its run_key), then the marker, written last.
@@ -29,7 +30,7 @@ import lm_eval.evaluator
 import torch
 from transformers import AutoTokenizer
 
-from eval import backends, local_data, outcome, sharded, shards, taskfiles, workers
+from eval import backends, local_data, outcome, shard_plan, shard_run, taskfiles, workers
 from eval.outcome import Settings
 from eval.target import EvalError, Target, resolve
 from record.identity.run_key import canonical_json
@@ -59,7 +60,7 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
     # A plain model has no run directory: its evaluation gets one of its own, laid out the same way.
     home = RunDir(target.path if target.has_run_dir else Path(out_dir or runs_root / "eval" / target.run_key))
     root = home.eval_step(step)
-    files = _data_files(tasks, Path(data_dir or task_data.data_dir()), root / "data")
+    files = _data_files(tasks, Path(data_dir or task_data.data_dir()), root.data)
     shard_samples = shard_samples if shard_samples is not None else ev.shard_samples
     if shard_samples is not None and (isinstance(shard_samples, bool) or not isinstance(shard_samples, int)
                                       or shard_samples < 1):
@@ -68,7 +69,7 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
         raise EvalError(f"workers={n_workers!r}: give an integer >= 1 (engines side by side), or none")
     # One evaluation of this checkpoint at a time; what is done is read once the lock is held, so an evaluation
     # that waited finds what the other finished and logs nothing twice.
-    with shards.exclusive(root, log):
+    with shard_plan.exclusive(root, log):
         marks = {t: outcome.marker(root, t, settings, files[t]) for t in tasks}
         pending = [t for t in tasks if force or marks[t] is None]
         summary = {"target": str(target.path), "run_key": target.run_key, "step": step,
@@ -76,7 +77,7 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
                    "tasks": {t: {"status": "skipped", "metrics": marks[t]["metrics"]} for t in tasks
                              if t not in pending}}
         for t in summary["tasks"]:
-            log(f"[eval] {t}: already evaluated at step {step} with these settings ({root / (t + '.done.json')}); "
+            log(f"[eval] {t}: already evaluated at step {step} with these settings ({root.done(t)}); "
                 f"skipped (--force re-runs it)")
         if not pending:
             return _kept(home, summary, target.has_run_dir)
@@ -92,8 +93,8 @@ def evaluate(run_dir: Path | str, tasks: list[str] | None = None, step: int | No
 
 
 def _kept(home: RunDir, summary: dict, has_run_dir: bool) -> dict:
-    """The summary, also kept as this evaluation's own result (`evals/<id>.json`, id: its tasks and settings),
-    beside the results of the run's other evaluations (status and report read them all)."""
+    """The summary, also kept as this evaluation's own result (`eval/evaluations/<id>.json`, id: its tasks and
+    settings), beside the results of the run's other evaluations (status and report read them all)."""
     if has_run_dir:
         settings = {**summary["settings"], "tasks": sorted(summary["tasks"])}
         summary["evaluation_id"] = hashlib.sha256(canonical_json(settings).encode()).hexdigest()[:12]
@@ -192,7 +193,7 @@ def _generation_kwargs(model_dir: Path, settings: Settings, tokenizer) -> dict:
 
 def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, samples_per_shard, n_workers,
               log) -> dict[str, dict[int, dict]]:
-    """task -> seed -> metrics. One engine per seed, and in it each task shard by shard (eval/sharded.py), each
+    """task -> seed -> metrics. One engine per seed, and in it each task shard by shard (eval/shard_run.py), each
     shard saved as it ends: a time limit loses at most the shard in progress, and the requeued job resumes at it.
     With several workers (the job's GPUs), a seed's shards run side by side, one engine each (eval/workers.py)."""
     # lm-eval records `git describe` of the working directory and lets git print "fatal: not a git repository"
@@ -203,7 +204,7 @@ def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, 
     if settings.backend == "vllm":  # checked before any engine starts: one message, not a trace from inside vLLM
         prompt_tokens = _longest_prompt(tokenizer, tasks, files, settings.limit, settings.chat_template)
         vllm_args = _vllm_args(model_dir, cfg, settings, engine_args, prompt_tokens)
-    taskfiles.render({t: files[t] for t in tasks}, root / "tasks", settings.k, gen)  # the whole tasks, kept
+    taskfiles.render({t: files[t] for t in tasks}, root.tasks, settings.k, gen)  # the whole tasks, kept
     results: dict[str, dict[int, dict]] = {t: {} for t in tasks}
     hf = None
     for seed in settings.seeds:
@@ -230,7 +231,7 @@ def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, 
             model = backends.vllm_lm(backends.vllm_model_args(model_dir, seed, **vllm_args))
         try:
             for t in todo:
-                results[t][seed] = sharded.evaluate(model, t, seed, files[t], settings, root, gen,
+                results[t][seed] = shard_run.evaluate(model, t, seed, files[t], settings, root, gen,
                                                     samples_per_shard, force, log)
                 log(f"[eval] {t} seed {seed}: mean@{settings.k} {results[t][seed]['acc']:.4f} over "
                     f"{results[t][seed]['docs']} problems")
@@ -243,13 +244,13 @@ def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, 
 def _side_by_side(spec, tasks, seed, files, settings, root, gen, samples_per_shard, force, n_workers, log) -> dict:
     """One seed's tasks with their shards spread over `n_workers` engines; task -> metrics."""
     start = time.monotonic()
-    plans = [sharded.plan_task(t, seed, files[t], settings, root, samples_per_shard, force) for t in tasks]
+    plans = [shard_plan.plan_task(t, seed, files[t], settings, root, samples_per_shard, force) for t in tasks]
     for plan in plans:
-        sharded.announce(plan, samples_per_shard, log)
+        shard_run.announce(plan, samples_per_shard, log)
     workers.run(n_workers, spec, plans, settings, gen, log)
     out = {}
     for plan in plans:
-        out[plan.task] = sharded.finish(plan, settings, time.monotonic() - start)
+        out[plan.task] = shard_run.finish(plan, settings, time.monotonic() - start)
         log(f"[eval] {plan.task} seed {seed}: mean@{settings.k} {out[plan.task]['acc']:.4f} over "
             f"{out[plan.task]['docs']} problems")
     return out

@@ -1,7 +1,8 @@
-"""A task's evaluation in shards: problem ranges x repeat ranges of its k samples, each saved when it ends, so that an
-evaluation cut by its time limit resumes at its first unfinished shard instead of starting the task over.
+"""A task's evaluation in shards, planned: problem ranges x repeat ranges of its k samples, each saved when it ends,
+so that an evaluation cut by its time limit resumes at its first unfinished shard instead of starting the task over.
+Running them is eval/shard_run.py.
 
-    <run_dir>/eval/step_NNNNNN/<task>/seed_S/shards/
+    <run_dir>/eval/step_NNNNNN/<task>/seed_S/shards/      (record/rundir.py `EvalStep.shards`)
         <shard>.samples.jsonl     the shard's problems, each with its samples (repeats r0..r1) and their grades
         <shard>.json              written last: what the shard was computed from (settings, data sha256, its range)
 
@@ -12,7 +13,8 @@ the report), each problem's metrics recomputed from all its k samples (eval/mean
 those of one whole call.
 
 The plan (`plan`): at most `samples_per_shard` samples a shard: whole problems (every repeat) while k fits, else one
-problem per shard with its repeats split. None: one shard, the whole task.
+problem per shard with its repeats split. None: one shard, the whole task. A task and seed's plan against what is
+finished (`plan_task`) is a `TaskPlan`: the shards still to run.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eval.mean_at_k import problem_metrics
-from record.rundir import atomic_write
+from eval.outcome import Settings
+from record.rundir import EvalStep, RunDir, atomic_write, sha256_file
+from trainer.tasks.common import read_jsonl
 
 METRICS = ("acc", "pass_at_1", "pass_at_n", "maj_at_n", "n_samples")
 
@@ -67,46 +71,68 @@ def plan(problems: int, k: int, samples_per_shard: int | None) -> list[Shard]:
             for r in range(0, k, samples_per_shard)]
 
 
-def shard_dir(root: Path, task: str, seed: int) -> Path:
-    return root / task / f"seed_{seed}" / "shards"
+@dataclass(frozen=True)
+class TaskPlan:
+    """One task and seed's shards: the problems (the first `limit`), the plan, those still to run, and what each
+    shard's marker must record."""
+
+    task: str
+    seed: int
+    data_file: Path
+    root: EvalStep
+    rows: list
+    planned: list
+    todo: list
+    provenance: dict
+    seeded: bool  # HF: each sample seeded on its own (eval.shard_samples set), else lm-eval's batches as they are
 
 
-def finished(root: Path, task: str, seed: int, shard: Shard, provenance: dict) -> bool:
+def plan_task(task: str, seed: int, data_file: Path, settings: Settings, root: EvalStep, samples_per_shard: int | None,
+              force: bool) -> TaskPlan:
+    """The task's shards for `seed`, and those not finished under these settings and data (`force`: all of them)."""
+    rows = read_jsonl(data_file)[:settings.limit] if settings.limit else read_jsonl(data_file)
+    planned = plan(len(rows), settings.k, samples_per_shard)
+    provenance = {"settings": settings.record(), "data_sha256": sha256_file(data_file), "seed": seed}
+    todo = [s for s in planned if force or not finished(root, task, seed, s, provenance)]
+    return TaskPlan(task, seed, data_file, root, rows, planned, todo, provenance, samples_per_shard is not None)
+
+
+def finished(root: EvalStep, task: str, seed: int, shard: Shard, provenance: dict) -> bool:
     """The shard's marker is there and was computed from `provenance` (settings, data sha256) and this range."""
     try:
-        mark = json.loads((shard_dir(root, task, seed) / f"{shard.name}.json").read_text())
+        mark = json.loads(root.shard_marker(task, seed, shard.name).read_text())
     except (OSError, json.JSONDecodeError):
         return False
     return mark.get("provenance") == provenance and mark.get("shard") == shard.record()
 
 
-def save(root: Path, task: str, seed: int, shard: Shard, rows: list[dict], provenance: dict, seconds: float) -> None:
+def save(root: EvalStep, task: str, seed: int, shard: Shard, rows: list[dict], provenance: dict,
+         seconds: float) -> None:
     """The shard's rows (doc_id already global, samples of repeats r0..r1), then its marker: atomic, in that order."""
-    where = shard_dir(root, task, seed)
-    where.mkdir(parents=True, exist_ok=True)
     bad = [r["doc_id"] for r in rows if len(r["samples"]) != shard.r1 - shard.r0]
     if bad or sorted(r["doc_id"] for r in rows) != list(range(shard.lo, shard.hi)):
         raise RuntimeError(f"{task} shard {shard.name}: lm-eval returned problems {[r['doc_id'] for r in rows][:5]}"
                            f"... with samples {[len(r['samples']) for r in rows][:5]}...; expected problems "
                            f"{shard.lo}..{shard.hi - 1} with {shard.r1 - shard.r0} samples each")
-    atomic_write(where / f"{shard.name}.samples.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    atomic_write(where / f"{shard.name}.json", json.dumps({"shard": shard.record(), "provenance": provenance,
-                                                          "seconds": round(seconds, 2), "job": slurm_job()},
-                                                         indent=1, sort_keys=True))
+    atomic_write(root.shard_rows(task, seed, shard.name),
+                 "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    atomic_write(root.shard_marker(task, seed, shard.name),
+                 json.dumps({"shard": shard.record(), "provenance": provenance, "seconds": round(seconds, 2),
+                             "job": slurm_job()}, indent=1, sort_keys=True))
 
 
 @contextmanager
-def exclusive(root: Path, log: Callable[[str], None]) -> Iterator[None]:
+def exclusive(root: EvalStep, log: Callable[[str], None]) -> Iterator[None]:
     """One evaluation of a checkpoint at a time (a relaunch's beside a requeued one's): an flock on
-    `<root>/eval.lock`, which the kernel releases when its holder dies however it dies, so a killed evaluation never
-    blocks the next. The second waits, then finds the first's shards finished: no shard is computed twice."""
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / "eval.lock", "a+") as f:
+    `<step dir>/eval.lock`, which the kernel releases when its holder dies however it dies, so a killed evaluation
+    never blocks the next. The second waits, then finds the first's shards finished: no shard is computed twice."""
+    root.path.mkdir(parents=True, exist_ok=True)
+    with open(root.lock, "a+") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            log(f"[eval] another evaluation of this checkpoint holds {root / 'eval.lock'} ({f.read().strip() or '?'});"
+            log(f"[eval] another evaluation of this checkpoint holds {root.lock} ({f.read().strip() or '?'});"
                 f" waiting for it to end")
             fcntl.flock(f, fcntl.LOCK_EX)
         f.seek(0)
@@ -129,7 +155,7 @@ def jobs_with_shards(run_dir: Path) -> set[str]:
     """The jobs that finished at least one shard of any evaluation of the run: an attempt among them made progress,
     and the watcher does not count it against the retry budget (orchestrator/watch/watcher.py)."""
     jobs = set()
-    for marker in Path(run_dir).glob("eval/step_*/*/seed_*/shards/*.json"):
+    for marker in RunDir(run_dir).shard_markers():
         try:
             job = json.loads(marker.read_text()).get("job")
         except (OSError, json.JSONDecodeError):
@@ -139,13 +165,12 @@ def jobs_with_shards(run_dir: Path) -> set[str]:
     return jobs
 
 
-def merge(root: Path, task: str, seed: int, shards: list[Shard]) -> tuple[list[dict], dict[str, float]]:
+def merge(root: EvalStep, task: str, seed: int, shards: list[Shard]) -> tuple[list[dict], dict[str, float]]:
     """Every shard's rows joined per problem (samples in repeat order) with each problem's metrics recomputed from
     all its samples; and the task's metrics (the mean over problems, as lm-eval aggregates them)."""
     by_doc: dict[int, dict] = {}
-    where = shard_dir(root, task, seed)
     for shard in sorted(shards, key=lambda s: (s.lo, s.r0)):
-        for line in (where / f"{shard.name}.samples.jsonl").read_text().splitlines():
+        for line in root.shard_rows(task, seed, shard.name).read_text().splitlines():
             row = json.loads(line)
             kept = by_doc.setdefault(row["doc_id"], {**row, "samples": [], "scores": [], "answers": []})
             for key in ("samples", "scores", "answers"):
