@@ -38,7 +38,7 @@ from orchestrator.launch.plan import Plan, Triage, decide, make_plan, relaunch_l
 from orchestrator.launch.probed import PROBE_TAG, probe_trained
 from orchestrator.launch.reconcile import observe
 from orchestrator.launch.submit import launch
-from orchestrator.preflight.run import preflight
+from orchestrator.preflight.verdicts import preflight
 from orchestrator.preflight.table import print_rows
 from orchestrator.sweep.expand import Sweep, load_sweep
 from orchestrator.sweep.memory import plan_report
