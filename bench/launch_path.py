@@ -12,12 +12,17 @@ at most two crossings below `launch` (what launch calls, and what those call: th
 call site once (a loop over the cells is one step, whatever the number of cells; the same function called again
 from another place, a second pass, is another step).
 
-Run: `.venv/bin/python bench/launch_path.py`. Prints the sequence of stops and the three counts; docs/architecture.md
-"The launch path" keeps the numbers before and after.
+`--command` measures the whole of `orchestrate sweep` instead (issue 53, item 2): the command's `run` on the same
+sweep, submitted to the same stand-in (--no-watcher), from the top of the launch path: orchestrator/pipeline/path.py
+`run_sweep` where it exists, else the command's `run` itself (where the path lived before); the same counts.
+
+Run: `.venv/bin/python bench/launch_path.py [--command]`. Prints the sequence of stops and the three counts;
+docs/architecture.md "The launch path" keeps the numbers before and after.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import tempfile
 from collections import Counter
@@ -26,6 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from orchestrator import cli  # noqa: E402
+from orchestrator.cluster import executor, query  # noqa: E402
 from orchestrator.cluster.executor import Options, Submitted  # noqa: E402
 from orchestrator.launch.materialise import materialise  # noqa: E402
 from orchestrator.launch.plan import make_plan  # noqa: E402
@@ -33,6 +40,7 @@ from orchestrator.launch.submit import launch  # noqa: E402
 from orchestrator.sweep.expand import load_sweep  # noqa: E402
 
 TRACED = ("orchestrator/", "record/")
+TOPS = ("orchestrator/pipeline/path.py:run_sweep", "orchestrator/commands/sweep.py:run")  # the path's top, by era
 
 
 class Answering:
@@ -102,12 +110,37 @@ def measure(stops: list[str]) -> tuple[int, int, Counter]:
     return len(stops), returns, entered
 
 
+def one_launch(tmp: str):
+    """`launch` alone, on run dirs written beforehand: the stops of orchestrator/launch/submit.py."""
+    overrides = [f"sweep.output_root={tmp}", "sweep.baselines=[{model: tiny}]"]
+    sweep = load_sweep(REPO / "sweeps" / "smoke.yaml", overrides)
+    sweep_dir = materialise(sweep, make_plan(sweep)).sweep_dir
+    return trace(lambda: launch(sweep, sweep_dir, Answering(), Options(executor="slurm")))
+
+
+def one_command(tmp: str):
+    """`orchestrate sweep` on the same sweep, with Slurm's answers from the stand-in wherever the path asks."""
+    argv = ["sweep", "--no-watcher", "--executor", "slurm", "--train-entry", "orchestrator.jobs:probe_train",
+            "--eval-entry", "orchestrator.jobs:probe_eval", str(REPO / "sweeps" / "smoke.yaml"),
+            f"sweep.output_root={tmp}", "sweep.baselines=[{model: tiny}]"]
+    args = cli.build_parser("sweep").parse_args(argv)
+    stand_ins = {executor.make_backend: lambda sweep_dir, options: Answering(), query.max_array_size: lambda: 1000}
+    for module in [m for name, m in sys.modules.items() if name.startswith("orchestrator")]:
+        for name, value in list(vars(module).items()):
+            if callable(value) and value in stand_ins:
+                setattr(module, name, stand_ins[value])
+    stops = trace(lambda: args.func(args))
+    top = next((d for s, d, _ in stops if s in TOPS[:1]), 0)
+    return [(s, d - top, site) for s, d, site in stops]
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description="The files a launch passes through, in call order.")
+    parser.add_argument("--command", action="store_true",
+                        help="the whole of `orchestrate sweep` from the top of the launch path, not `launch` alone")
+    command = parser.parse_args().command
     with tempfile.TemporaryDirectory() as tmp:
-        overrides = [f"sweep.output_root={tmp}", "sweep.baselines=[{model: tiny}]"]
-        sweep = load_sweep(REPO / "sweeps" / "smoke.yaml", overrides)
-        sweep_dir = materialise(sweep, make_plan(sweep)).sweep_dir
-        stops = trace(lambda: launch(sweep, sweep_dir, Answering(), Options(executor="slurm")))
+        stops = one_command(tmp) if command else one_launch(tmp)
     sites = list(dict.fromkeys((s, depth, site) for s, depth, site in stops if 1 <= depth <= 2))
     for s, depth, _ in sites:
         print("  " * depth, s)

@@ -12,8 +12,8 @@ from rich.console import Console
 from orchestrator.arguments import add_sweep_arguments
 from orchestrator.console import console
 from orchestrator.launch.plan import make_plan
-from orchestrator.preflight.run import PROBE_TIMEOUT_S, preflight
 from orchestrator.preflight.table import print_rows
+from orchestrator.preflight.verdicts import PROBE_TIMEOUT_S, preflight
 from orchestrator.sweep.expand import load_sweep
 
 

@@ -12,10 +12,18 @@ from orchestrator.arguments import add_sweep_dir_argument
 from orchestrator.console import console
 from orchestrator.status.cells import current_records
 from orchestrator.sweep.locate import sweep_dir_of
+from orchestrator.tracking.actions import (
+    check_up_options,
+    flush_lines,
+    import_ends,
+    import_lines,
+    status_lines,
+    up_lines,
+    up_uri,
+)
 from orchestrator.tracking.buffer import flush
 from orchestrator.tracking.server import down, status, up
-from record.errors import UserError
-from record.tracking.store import import_store, source_uri
+from record.tracking.store import import_store
 
 EXAMPLES = """examples:
   orchestrate tracking up --data-dir /srv/mlflow --artifacts /shared/mlflow-artifacts
@@ -96,19 +104,13 @@ def _data_dir(parser: argparse.ArgumentParser, required: bool = True) -> None:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    check_up_options(port=args.port, pg_port=args.pg_port, workers=args.workers)
     out = console()
-    for name in ("port", "pg_port", "workers"):
-        value = getattr(args, name)
-        if value is not None and not (1 <= value <= (65535 if "port" in name else 8)):
-            raise UserError(f"--{name.replace('_', '-')} {value}: give "
-                            + ("a port in 1..65535" if "port" in name else "1..8 workers"))
     state = up(args.data_dir, host=args.host, port=args.port, pg_port=args.pg_port, artifacts=args.artifacts,
                auth=args.auth, workers=args.workers, install=not args.no_install, pg_bin=args.pg_bin,
                say=lambda line: out.print(line, soft_wrap=True))
-    out.print(f"URI for jobs: {state.uri()}", soft_wrap=True)
-    if state.auth:
-        out.print(f"basic auth: user admin, password in {args.data_dir / 'tracking.json'}; jobs need "
-                  f"MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD", soft_wrap=True)
+    for line in up_lines(state, args.data_dir):
+        out.print(line, soft_wrap=True)
     return 0
 
 
@@ -121,57 +123,28 @@ def run_down(args: argparse.Namespace) -> int:
 def run_status(args: argparse.Namespace) -> int:
     info = status(args.data_dir)
     if args.uri:
-        if not info["up"]:
-            raise UserError(f"the tracking server in {info['data_dir']} is not up; "
-                            f"start it: orchestrate tracking up --data-dir {info['data_dir']}")
-        print(info["uri"])
-        return 0
-    if args.json:
+        print(up_uri(info))
+    elif args.json:
         print(json.dumps(info, indent=2))
-        return 0 if info["up"] else 1
-    out = console()
-    out.print(f"tracking server in {info['data_dir']}: {'up' if info['up'] else 'NOT up'}", soft_wrap=True)
-    for key in ("postgres", "mlflow", "artifacts", "logs"):
-        if key in info:
-            out.print(f"  {key:<10} {info[key]}", soft_wrap=True)
-    if info.get("hint"):
-        out.print(info["hint"], soft_wrap=True)
-    if info["uri"]:
-        out.print(f"URI for jobs: {info['uri']}", soft_wrap=True)
-        out.print(f"  use it: tracking.tracking_uri={info['uri']} (sweep), tracking_uri: {info['uri']} (Slurm "
-                  f"profile), or export MLFLOW_TRACKING_URI={info['uri']}", soft_wrap=True)
+    else:
+        out = console()
+        for line in status_lines(info):
+            out.print(line, soft_wrap=True)
     return 0 if info["up"] else 1
 
 
 def run_flush(args: argparse.Namespace) -> int:
     sweep_dir, out = sweep_dir_of(args.sweep, args.overrides), console()
-    done = flush(current_records(sweep_dir))
-    for cell in done:
-        out.print(cell.line(), soft_wrap=True)
-    left = sum(cell.after for cell in done)
-    out.print(f"{sweep_dir.name}: {sum(c.before - c.after for c in done)} event(s) delivered from {len(done)} "
-              f"cell(s); {left} left undelivered" if done else f"{sweep_dir.name}: nothing undelivered")
+    lines, left = flush_lines(sweep_dir.name, flush(current_records(sweep_dir)))
+    for line in lines:
+        out.print(line, soft_wrap=True)
     return 1 if left else 0
 
 
 def run_import(args: argparse.Namespace) -> int:
-    source = source_uri(args.source)
-    if source.startswith("sqlite:///") and not Path(source[len("sqlite:///"):]).is_file():
-        raise UserError(f"{args.source}: no such SQLite file; give the store to copy, e.g. runs/mlflow.db")
-    target = args.to
-    if target is None:
-        if args.data_dir is None:
-            raise UserError("give the target: --data-dir of a server `orchestrate tracking up` started, or --to URI")
-        info = status(args.data_dir)
-        if not info["up"]:
-            raise UserError(f"the tracking server in {info['data_dir']} is not up; start it first: "
-                            f"orchestrate tracking up --data-dir {info['data_dir']}")
-        target = f"http://127.0.0.1:{info['uri'].rsplit(':', 1)[1]}"  # from here, loopback reaches any bind
+    source, target = import_ends(args.source, args.to, args.data_dir)
     out = console()
     report = import_store(source, target, say=lambda line: out.print(line, soft_wrap=True))
-    out.print(f"imported {report.runs} run(s) of {report.experiments} experiment(s) into {target}: "
-              f"{report.points} metric points, {report.artifacts} artifact file(s); {report.skipped} skipped "
-              f"(imported before, or the run_key is there already)", soft_wrap=True)
-    for note in report.notes:
-        out.print(f"  note: {note}", soft_wrap=True)
+    for line in import_lines(report, target):
+        out.print(line, soft_wrap=True)
     return 0

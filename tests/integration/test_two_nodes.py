@@ -139,7 +139,7 @@ def _assert_same_history(want: dict, got: dict) -> None:
 
 
 def _key(tmp: Path) -> str:
-    from orchestrator.commands.train import load_run_config
+    from orchestrator.launch.foreground import load_run_config
     from record.identity.run_key import run_key
 
     return run_key(load_run_config(tmp / "run.yaml", []))

@@ -20,7 +20,7 @@ class TrainFromYaml:
         from trainer.run.preempt import install
 
         install()
-        from orchestrator.commands.train import load_run_config
+        from orchestrator.launch.foreground import load_run_config
         from record.identity.run_key import run_key
         from trainer.train import RunContext, train
 

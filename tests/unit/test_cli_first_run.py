@@ -109,7 +109,7 @@ def test_executor_slurm_without_a_controller_names_both_ways_out(tmp_path, monke
 
 def test_sweep_builds_a_missing_tiny_model_before_submitting(tmp_path, monkeypatch, capsys):
     """The real build (a small config, so it takes seconds), into an empty cache; submission stopped after it."""
-    from orchestrator.commands import sweep as sweep_command
+    from orchestrator.pipeline import submission
     from trainer.model import tiny_model
 
     monkeypatch.setenv("COMEDY_CACHE", str(tmp_path / "cache"))
@@ -119,7 +119,7 @@ def test_sweep_builds_a_missing_tiny_model_before_submitting(tmp_path, monkeypat
 
     def stop(*_, **__):
         raise UserError("stopped before submitting")
-    monkeypatch.setattr(sweep_command, "launch", stop)
+    monkeypatch.setattr(submission, "launch", stop)
     code, out, err = run(capsys, "sweep", SMOKE, "--executor", "local")
     assert "stopped before submitting" in err, err
     built = list((tmp_path / "cache" / "tiny-model").glob("*/build.json"))

@@ -27,7 +27,7 @@ ALLOWED = {"record": set(), "trainer": {"record"}, "eval": {"record", "trainer"}
            "orchestrator": {"record", "trainer", "eval"}}
 # orchestrator's subpackages in the order of the flow: each imports only those before it (and the top-level helper
 # modules, HELPERS). commands/ and cli.py sit above them all.
-ORDER = ("claims", "cluster", "sweep", "launch", "preflight", "status", "tracking", "watch", "report")
+ORDER = ("claims", "cluster", "sweep", "launch", "preflight", "status", "tracking", "watch", "pipeline", "report")
 HELPERS = ("console", "arguments")
 # trainer/'s and record/'s folders in the same way, "(top)" standing for the package's own top-level modules: the
 # trainer's loop (train.py, batch.py) sits above the folders a job runs and below the login node's analysis, which
