@@ -1,6 +1,6 @@
 """A test write and read in a tracking store, made by a preflight probe job from a compute node (issue 31,
 orchestrator/preflight/probe_job.py): one run in the store's own `preflight` experiment, never a sweep's, so the
-check leaves the sweep's experiment as it was. mlflow stays under record/ (STYLE.md rule 6).
+check leaves the sweep's experiment as it was. mlflow stays under record/ (CONTRIBUTING.md rule 6).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ from record.metric_keys import eval_metric_keys
 from record.tracking.key_rules import flatten_params
 from record.tracking.ui import VIEW_TAG_PREFIX, sweep_view, view_key
 
-# The paper's axes (STYLE.md rule 12) -> where the resolved config holds them: a param on every cell, sweep axis or
-# not, so the runs table and the compare view line up cells of any sweep by them.
+# The paper's axes (CONTRIBUTING.md rule 11) -> where the resolved config holds them: a param on every cell, sweep
+# axis or not, so the runs table and the compare view line up cells of any sweep by them.
 PAPER_AXES = {"model": "model.name_or_path", "kl.estimator": "kl.estimator", "kl.placement": "kl.placement",
               "kl.beta": "kl.beta", "seed": "seed"}
 MANIFEST = "manifest.json"  # orchestrator/launch/materialise.py writes it in the sweep directory

@@ -1,5 +1,6 @@
-"""Experiment tracking: a cell's MLflow run, as the jobs write it. mlflow is imported only under record/ (STYLE.md,
-"The house"): here, record/tracking/sweep.py (the sweep's parent and histories) and record/tracking/store_import.py.
+"""Experiment tracking: a cell's MLflow run, as the jobs write it. mlflow is imported only under record/
+(CONTRIBUTING.md rule 6): here, record/tracking/sweep.py (the sweep's parent and histories) and
+record/tracking/store_import.py.
 
 Contract
 - One MLflow run per cell, found by its `run_key` tag: `open_run` creates it the first time and reopens it

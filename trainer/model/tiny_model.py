@@ -1,4 +1,4 @@
-"""A tiny Qwen2 causal LM the project builds itself: the CPU stand-in for Qwen2.5-7B (STYLE.md rule 9).
+"""A tiny Qwen2 causal LM the project builds itself: the CPU stand-in for Qwen2.5-7B (CONTRIBUTING.md rule 8).
 
 `ensure_tiny_model(config) -> Path` returns a directory that `AutoModelForCausalLM.from_pretrained` and
 `AutoTokenizer.from_pretrained` load exactly like a hub checkpoint: `config.json` + weights, a byte-level
