@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -100,13 +100,6 @@ class TinyModelConfig:
         """The cache key: a hash of everything that determines the built files."""
         blob = json.dumps([BUILD_VERSION, tiny_task.TASK_VERSION, asdict(self)], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def fast_config(**overrides) -> TinyModelConfig:
-    """A smaller, quicker build for unit tests: same recipe, fewer steps, no build-time evaluation."""
-    base = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=192, sft_steps=60,
-                eval_size=0)  # head size 32, as the default's
-    return replace(TinyModelConfig(), **{**base, **overrides})
 
 
 def cache_root() -> Path:
