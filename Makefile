@@ -1,4 +1,4 @@
-# One command for each habit (STYLE.md rule 14). Every target sets itself up first.
+# One command for each habit (CONTRIBUTING.md rule 13). Every target sets itself up first.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv

@@ -35,9 +35,11 @@ import torch
 # This file is bench/eval.py: run as a script, its own directory comes first on sys.path and `import eval` would
 # import this file instead of the project's eval package.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: tests/support's tiny-model build
 
 from eval import backends, taskfiles  # noqa: E402
-from trainer.model.tiny_model import ensure_tiny_model, fast_config  # noqa: E402
+from tests.support.tiny_model import fast_config  # noqa: E402
+from trainer.model.tiny_model import ensure_tiny_model  # noqa: E402
 from trainer.tasks import tiny as tiny_task  # noqa: E402
 from trainer.tasks.common import write_jsonl  # noqa: E402
 from trainer.tasks.rewards import tiny_reward  # noqa: E402

@@ -1,6 +1,6 @@
 """The two lm-eval backends behind the same task files: vLLM (the default on GPU; CPU build in CI) and HF transformers.
 
-Sampling is the paper's and is set explicitly for each backend (reference/evaluation.md 1.4):
+Sampling is the paper's and is set explicitly for each backend (docs/evaluation.md, "Sampling and backends"):
 - vLLM builds `SamplingParams` from exactly what the task passes: top_k -1 (off), min_p 0, no penalty.
 - HF `generate` merges the call's kwargs into the model's generation_config, so every sampling knob is passed
   (top_k 0 is off), and the model's generation_config is replaced by a neutral one that keeps only the special

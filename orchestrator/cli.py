@@ -1,4 +1,4 @@
-"""`orchestrate`: thin commands over the library (STYLE.md rule 11).
+"""`orchestrate`: thin commands over the library (CONTRIBUTING.md rule 10).
 
 Each command lives in `orchestrator/commands/<name>.py` and exposes `register(subparsers)`, which adds its
 parser (with --help and an example) and sets `func(args) -> int`. A user mistake is reported as one clear

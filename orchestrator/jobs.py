@@ -4,7 +4,9 @@ strings a sweep records ("orchestrator.jobs:train_job") and imported from the sw
 node's: it may import anything below it.
 
 `probe_train` / `probe_eval` are a tiny checkpointing job with the same contract (count to N, one checkpoint per
-step): what the integration tests and the benchmark submit to exercise the machinery in seconds.
+step): what the integration tests and the benchmark submit to exercise the machinery in seconds (and
+`--train-entry` offers). They live here, not in tests/support/, because a job imports its entry from the sweep's
+code snapshot (orchestrator/cluster/snapshot.py), which copies the four packages and not tests/.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ def _unit_tier_starts_no_service(request: pytest.FixtureRequest):
     if _guard is None:
         roots = {Path(tempfile.gettempdir()).resolve(),
                  request.config._tmp_path_factory.getbasetemp().resolve()}  # stand-ins a test writes live here
-        _guard = Guard(tuple(roots))
+        _guard = Guard(tuple(roots), checkout=TESTS.parent)  # ... and the checkout's programs are never one
     _guard.active = request.node.nodeid
     try:
         yield

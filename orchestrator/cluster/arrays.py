@@ -19,7 +19,7 @@ without an active exception" (SIGABRT, exit 6): a C++ thread of torch's or DeepS
 rank 1 of two-rank jobs on the local cluster, under load, after "Exiting after successful completion". Slurm then
 marked a finished job FAILED and the watcher resubmitted it. Python's own exit handlers still run.
 
-With executor.py, the only modules that import submitit (STYLE.md rule 6).
+With executor.py, the only modules that import submitit (CONTRIBUTING.md rule 6).
 """
 
 from __future__ import annotations

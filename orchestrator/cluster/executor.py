@@ -1,4 +1,4 @@
-"""With arrays.py, the only module that imports submitit (STYLE.md rule 6): the job callables, the sbatch
+"""With arrays.py, the only module that imports submitit (CONTRIBUTING.md rule 6): the job callables, the sbatch
 parameters of an array, and the two backends that submit through submitit (Slurm, or submitit's local executor).
 
 On Slurm a group of cells goes out as ONE sbatch (`with executor.batch()`: an array, `%N` throttled), and its

@@ -1,4 +1,4 @@
-"""The Slurm profiles (slurm/profiles/*.yaml): what one job of a cell asks for, validated once at load (STYLE.md
+"""The Slurm profiles (slurm/profiles/*.yaml): what one job of a cell asks for, validated once at load (CONTRIBUTING.md
 rule 4), and the cross-checks of a run config against it. Every problem is collected with its key path, the bad
 value and what to write instead.
 """

@@ -1,4 +1,4 @@
-"""The sweep file's header: a frozen dataclass, validated once at load (STYLE.md rule 4).
+"""The sweep file's header: a frozen dataclass, validated once at load (CONTRIBUTING.md rule 4).
 
 A sweep header (`sweep:` in a sweep file) says which cells to run: a union of grid blocks, each the product of
 its axes (and of the shared `axes`), times `seeds`. Axis values use Hydra's sweep syntax (`k1,k3`, `range(0,3)`,

@@ -1,4 +1,4 @@
-"""run_key: the identity of one cell, a hash of what its training computes (STYLE.md rule 7); and eval_id, its
+"""run_key: the identity of one cell, a hash of what its training computes (CONTRIBUTING.md rule 7); and eval_id, its
 evaluation's (a cell's readable name is not an identity: record/display.py).
 
 The same key names the run dir, the Slurm job and the MLflow run, which is what makes a relaunch idempotent:

@@ -20,8 +20,8 @@ from record.tracking.key_rules import flatten_params
 RUN_KEY_TAG = "run_key"
 SWEEP_ID_TAG = "sweep_id"
 PARENT_TAG = "mlflow.parentRunId"
-# The paper's axes (STYLE.md rule 12) -> where the resolved config holds them: a param on every cell, sweep axis or
-# not, so the runs table and the compare view line up cells of any sweep by them.
+# The paper's axes (CONTRIBUTING.md rule 11) -> where the resolved config holds them: a param on every cell, sweep
+# axis or not, so the runs table and the compare view line up cells of any sweep by them.
 PAPER_AXES = {"model": "model.name_or_path", "kl.estimator": "kl.estimator", "kl.placement": "kl.placement",
               "kl.beta": "kl.beta", "seed": "seed"}
 MANIFEST = "manifest.json"  # orchestrator/launch/materialise.py writes it in the sweep directory

@@ -29,7 +29,8 @@ TEMPERATURE = 0.3
 
 @pytest.fixture(scope="module")
 def tiny_model() -> Path:
-    from trainer.model.tiny_model import ensure_tiny_model, fast_config
+    from tests.support.tiny_model import fast_config
+    from trainer.model.tiny_model import ensure_tiny_model
 
     torch.set_num_threads(2)
     return ensure_tiny_model(fast_config())  # cached under .cache/tiny-model after the first build

@@ -27,8 +27,9 @@ MAX_ABS_NATS, MEAN_ABS_NATS = 0.05, 0.01
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory) -> Path:
+    from tests.support.tiny_model import fast_config
     from trainer.config.run import RunConfig
-    from trainer.model.tiny_model import ensure_tiny_model, fast_config
+    from trainer.model.tiny_model import ensure_tiny_model
 
     tiny = ensure_tiny_model(fast_config())  # cached under .cache/tiny-model after the first build
     run = tmp_path_factory.mktemp("bf16-export") / "run"

@@ -152,8 +152,9 @@ def test_train_with_an_engine_vllm_cannot_run_is_one_message(tmp_path):
 
     import yaml
 
+    from tests.support.tiny_model import fast_config
     from tests.support.trainer_run import config_dict
-    from trainer.model.tiny_model import ensure_tiny_model, fast_config
+    from trainer.model.tiny_model import ensure_tiny_model
 
     if vllm_support.on_gpu():
         pytest.skip("on a GPU every head size runs")

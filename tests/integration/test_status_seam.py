@@ -41,7 +41,8 @@ def test_status_shows_what_the_real_eval_and_collapse_writers_wrote(tmp_path, mo
     import torch
 
     from eval import local_data
-    from trainer.model.tiny_model import ensure_tiny_model, fast_config
+    from tests.support.tiny_model import fast_config
+    from trainer.model.tiny_model import ensure_tiny_model
 
     torch.set_num_threads(2)
     model_dir = ensure_tiny_model(fast_config())

@@ -12,6 +12,7 @@ import string
 import pytest
 import torch
 
+from tests.support.tiny_model import fast_config
 from trainer.model import tiny_model
 from trainer.model.tiny_model import (
     TinyModelConfig,
@@ -19,7 +20,6 @@ from trainer.model.tiny_model import (
     build_tokenizer,
     chat_prompt,
     ensure_tiny_model,
-    fast_config,
 )
 from trainer.tasks import tiny as tiny_task
 

@@ -13,12 +13,12 @@ import trainer.objective.kl
 from orchestrator.cli import main
 from orchestrator.launch import ledger as L
 from orchestrator.sweep.expand import load_sweep
+from tests.support.toy_truths import token_forward_kl_grad
 from trainer.analysis import bias_table as bt
 from trainer.analysis.toy import (
     DTYPE,
     all_sequences,
     sequence_kl_grad,
-    token_forward_kl_grad,
     token_logprobs,
     token_reverse_kl_grad,
 )

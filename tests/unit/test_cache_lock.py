@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+from tests.support.tiny_model import fast_config
 from trainer.model import tiny_model
 from trainer.model.cache_lock import one_builder
 
@@ -20,7 +21,7 @@ def test_two_callers_that_miss_the_tiny_model_together_build_it_once(tmp_path, m
         (out / "build.json").write_text("{}")
 
     monkeypatch.setattr(tiny_model, "build_tiny_model", build)
-    config = tiny_model.fast_config()
+    config = fast_config()
     found = []
     callers = [threading.Thread(target=lambda: found.append(tiny_model.ensure_tiny_model(config, tmp_path)))
                for _ in range(2)]

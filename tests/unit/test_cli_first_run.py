@@ -13,6 +13,7 @@ import pytest
 from orchestrator.cli import main
 from orchestrator.launch.ledger import Ledger
 from record.errors import UserError
+from tests.support.tiny_model import fast_config
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = str(REPO / "sweeps" / "smoke.yaml")
@@ -113,7 +114,7 @@ def test_sweep_builds_a_missing_tiny_model_before_submitting(tmp_path, monkeypat
     from trainer.model import tiny_model
 
     monkeypatch.setenv("COMEDY_CACHE", str(tmp_path / "cache"))
-    small = tiny_model.fast_config(sft_steps=12)
+    small = fast_config(sft_steps=12)
     monkeypatch.setattr(tiny_model, "TinyModelConfig", lambda: small)
     monkeypatch.chdir(tmp_path)
 
@@ -132,7 +133,7 @@ def test_the_tiny_model_build_reports_each_stage_to_its_progress_callback(tmp_pa
     from trainer.model import tiny_model
 
     heard = []
-    config = tiny_model.fast_config(sft_steps=4, eval_size=2)
+    config = fast_config(sft_steps=4, eval_size=2)
     tiny_model.ensure_tiny_model(config, tmp_path, progress=lambda *stage: heard.append(stage))
     assert heard == [*(("warm-start steps", s, 4) for s in range(1, 5)), ("scoring test greedy", 0, 4),
                      ("scoring test sampled", 1, 4), ("scoring ood greedy", 2, 4), ("scoring ood sampled", 3, 4)]

@@ -162,7 +162,8 @@ def test_a_first_run_prints_no_third_party_noise_and_leaves_no_literal_job_id_fo
 def test_building_the_tiny_model_prints_nothing_but_its_progress(tmp_path):
     """save_pretrained imports DeepSpeed (which warns while it guesses an accelerator) and draws a bar: neither
     reaches a user's terminal when the build reports through its callback."""
-    code = ("import sys; from trainer.model.tiny_model import build_tiny_model, fast_config; "
+    code = ("import sys; from tests.support.tiny_model import fast_config; "
+            "from trainer.model.tiny_model import build_tiny_model; "
             f"build_tiny_model(fast_config(sft_steps=2), {str(tmp_path / 'model')!r}, progress=lambda *s: None)")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"})

@@ -1,6 +1,8 @@
-"""Every name a doc gives (README.md and docs/*.md) exists: a repo path, a dotted module or `module:function`, a
-function written beside its file, an `orchestrate` command and its flags, a `make` target, a relative link and its
-anchor. A module moved or a flag renamed without its docs fails here, with every stale name at once (file:line).
+"""Every name a doc gives (README.md, CONTRIBUTING.md and docs/*.md) exists: a repo path, a dotted module or
+`module:function`, a function written beside its file, an `orchestrate` command and its flags, a `make` target, a
+relative link and its anchor. A module moved or a flag renamed without its docs fails here, with every stale name at
+once (file:line). So does a repo path in a YAML file's comment, and any file of the repo that points outside it (a
+contributor has the repo and nothing else: the conventions a comment cites are CONTRIBUTING.md's).
 
 `check_docs(root)` returns (names checked, problems); the planted test below proves each kind is caught."""
 
@@ -65,7 +67,8 @@ def slug(heading: str) -> str:
 
 
 def doc_files(root: Path) -> list[Path]:
-    return [p for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))] if p.is_file()]
+    return [p for p in [root / "README.md", root / "CONTRIBUTING.md", *sorted((root / "docs").glob("*.md"))]
+            if p.is_file()]
 
 
 def module_file(root: Path, dotted: list[str]) -> tuple[Path | None, list[str]]:
@@ -283,3 +286,69 @@ def test_the_checker_catches_each_kind_of_stale_name(tmp_path):
         "README.md:17: link to docs/other.md#the-ledger: no such heading",
         "README.md:19: `orchestrate sweep` takes no --wet",
     ], problems
+
+
+# What lies outside the repo: a house style or reference notes some checkout once sat beside, an absolute path of one
+# machine. Spelled so that this file does not match itself.
+OUTSIDE = re.compile(r"STYLE\.md|\.\./shared|shared/referenc[e]|(?<![\w/])referenc[e]/[\w-]+\.md|style-anchor[s]|"
+                     r"/wor[k]/")
+YAML_COMMENT = re.compile(r"(?:^|\s)#(.*)$")
+
+
+def repo_files(root: Path) -> list[Path]:
+    """The files of the checkout: tracked, and untracked but not ignored (a new file counts before it is added)."""
+    out = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=root, capture_output=True,
+                         check=True).stdout.decode()
+    return [root / name for name in out.split("\0") if name and (root / name).is_file()]
+
+
+def outside_references(root: Path, files: list[Path]) -> list[str]:
+    """`file:line: text` for every line of a text file that points outside the repo."""
+    found = []
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # a binary file
+        found += [f"{path.relative_to(root)}:{n}: {m[0]}" for n, line in enumerate(text.splitlines(), 1)
+                  for m in OUTSIDE.finditer(line)]
+    return found
+
+
+def stale_yaml_paths(root: Path, files: list[Path]) -> list[str]:
+    """`file:line: path` for every repo path a YAML file's comment names that does not exist."""
+    found = []
+    for path in (p for p in files if p.suffix in (".yaml", ".yml")):
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            comment = YAML_COMMENT.search(line)
+            found += [f"{path.relative_to(root)}:{n}: {m[1]} does not exist"
+                      for m in PROSE_PATH.finditer(comment[1] if comment else "") if not (root / m[1]).exists()]
+    return found
+
+
+def test_nothing_in_the_repo_points_outside_it():
+    files = repo_files(REPO)
+    assert len(files) > 300, f"only {len(files)} files listed: git ls-files broke"
+    found = outside_references(REPO, files)
+    assert not found, "these point outside the repo (cite CONTRIBUTING.md's rules, or say the fact itself):\n" + \
+        "\n".join(found)
+
+
+def test_every_path_a_yaml_comment_names_exists():
+    found = stale_yaml_paths(REPO, repo_files(REPO))
+    assert not found, "YAML comments name paths that are gone:\n" + "\n".join(found)
+
+
+def test_the_outside_and_yaml_checks_catch_their_faults(tmp_path):
+    (tmp_path / "trainer" / "tasks").mkdir(parents=True)
+    (tmp_path / "trainer" / "tasks" / "tiny.py").write_text("# a module (CONTRIBUTING.md rule 1)\n")
+    conf = tmp_path / "sweeps" / "conf" / "x.yaml"
+    conf.parent.mkdir(parents=True)
+    conf.write_text("# the task (trainer/tasks/tiny.py)\ndataset: tiny   # trainer/tasks.py split\n"
+                    "name: 'a#b'\n# see sweeps/gone.yaml\n")
+    style = "STYLE" + ".md"
+    (tmp_path / "trainer" / "x.py").write_text(f'"""Thin ({style} rule 11).\n\nFacts: ../' + 'shared/notes."""\n')
+    files = [conf, tmp_path / "trainer" / "x.py", tmp_path / "trainer" / "tasks" / "tiny.py"]
+    assert stale_yaml_paths(tmp_path, files) == ["sweeps/conf/x.yaml:2: trainer/tasks.py does not exist",
+                                                 "sweeps/conf/x.yaml:4: sweeps/gone.yaml does not exist"]
+    assert outside_references(tmp_path, files) == [f"trainer/x.py:1: {style}", "trainer/x.py:3: ../" + "shared"]

@@ -30,7 +30,8 @@ class TimeLimit(Exception):
 
 
 def test_a_time_limit_loses_at_most_the_task_in_progress(tmp_path, monkeypatch):
-    from trainer.model.tiny_model import ensure_tiny_model, fast_config
+    from tests.support.tiny_model import fast_config
+    from trainer.model.tiny_model import ensure_tiny_model
 
     model = ensure_tiny_model(fast_config())  # cached under .cache/tiny-model: only its tokenizer is read here
     data = prepare_fixture_data(tmp_path / "data")

@@ -8,12 +8,11 @@ Everything is float64; identities hold to ~1e-10.
 import pytest
 import torch
 
+from tests.support.toy_truths import sequence_kl, token_forward_kl_grad
 from trainer.analysis.toy import (
     DTYPE,
     all_sequences,
-    sequence_kl,
     sequence_kl_grad,
-    token_forward_kl_grad,
     token_logprobs,
     token_reverse_kl_grad,
 )

@@ -29,7 +29,8 @@ TINY, GATED = "Org/Tiny", "Org/Gated"
 def served(tmp_path_factory) -> Path:
     """The tiny model's tokenizer and a model of its architecture (fast_config, random weights), saved as a hub
     repository holds them."""
-    from trainer.model.tiny_model import build_model, build_tokenizer, fast_config  # noqa: PLC0415 - torch
+    from tests.support.tiny_model import fast_config  # noqa: PLC0415 - torch
+    from trainer.model.tiny_model import build_model, build_tokenizer  # noqa: PLC0415 - torch
 
     out = tmp_path_factory.mktemp("served")
     tokenizer = build_tokenizer()

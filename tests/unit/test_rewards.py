@@ -1,4 +1,4 @@
-"""The graders on the cases that trip answer checkers (reference/evaluation.md section 4)."""
+"""The graders on the cases that trip answer checkers (docs/evaluation.md, "Tasks")."""
 
 from __future__ import annotations
 

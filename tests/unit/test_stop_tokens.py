@@ -66,7 +66,8 @@ def test_qwen25_base_stops_at_the_end_of_turn_though_its_eos_is_endoftext(tmp_pa
 def test_the_tiny_models_real_tokenizer_stops_at_its_end_of_turn():
     from transformers import AutoTokenizer
 
-    from trainer.model.tiny_model import ensure_tiny_model, fast_config
+    from tests.support.tiny_model import fast_config
+    from trainer.model.tiny_model import ensure_tiny_model
 
     tok = AutoTokenizer.from_pretrained(ensure_tiny_model(fast_config()))
     assert stop_tokens(tok) == ["<|end|>"] and stop_token_ids(tok) == (tok.convert_tokens_to_ids("<|end|>"),)

@@ -63,6 +63,28 @@ def test_refusal_reads_the_command_not_its_arguments():
     assert refusal(["sbatch"], roots) == "`sbatch` submits a Slurm job"
 
 
+def test_a_program_of_the_checkout_is_never_a_stand_in_even_under_the_temporary_directory(tmp_path):
+    """A fresh clone under /tmp: the system's temporary directory holds both the checkout and the tests' stand-ins.
+    The closest directory above the program decides; a stand-in must be a file the test wrote."""
+    def program(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("#!/bin/sh\n")
+        path.chmod(0o755)
+        return str(path)
+    checkout = tmp_path / "clone"
+    cluster = program(checkout / "slurm" / "local-cluster")
+    own = program(tmp_path / "pytest-0" / "test_x0" / "bin" / "sbatch")
+    inside = program(checkout / ".basetemp" / "test_x0" / "sbatch")  # a --basetemp inside the checkout
+    roots = (tmp_path, checkout / ".basetemp")
+    assert refusal([cluster, "up"], roots, checkout=checkout) == "`local-cluster` is or starts a service"
+    assert refusal(["slurm/local-cluster", "up"], roots, checkout=checkout, cwd=str(checkout)) is not None
+    assert refusal([own], roots, checkout=checkout) is None
+    assert refusal([inside], roots, checkout=checkout) is None
+    assert refusal([str(tmp_path / "bin" / "srun")], roots, checkout=checkout) == "`srun` submits a Slurm job"  # none
+    assert refusal(["sbatch"], roots, path=str(Path(own).parent), checkout=checkout) is None
+    assert refusal(["bash", "-c", f"{cluster} up"], roots, checkout=checkout) is not None
+
+
 def test_a_unit_test_marked_as_needing_a_service_stops_the_collection(tmp_path):
     """The real tests/conftest.py over a tree of its own: a slurm-marked test under unit/ is refused, by name."""
     tests = tmp_path / "tests"

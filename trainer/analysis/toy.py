@@ -73,11 +73,6 @@ def _grad(fn, theta: torch.Tensor) -> torch.Tensor:
     return g
 
 
-def sequence_kl(theta: torch.Tensor, ref: torch.Tensor, T: int) -> torch.Tensor:
-    """KL(A_theta || B) over whole sequences (equation 20), exactly."""
-    return _count_chain(theta.to(DTYPE), ref.to(DTYPE), T, hold_prefix=False, forward=False)
-
-
 def sequence_kl_grad(theta: torch.Tensor, ref: torch.Tensor, T: int) -> torch.Tensor:
     """grad_(a,b) KL(A_theta || B): the sequence-level truth the paper calls unbiased (equations 10, 21-22)."""
     return _grad(lambda th: _count_chain(th, ref.to(DTYPE), T, hold_prefix=False, forward=False), theta)
@@ -92,8 +87,3 @@ def token_reverse_kl_grad(theta: torch.Tensor, ref: torch.Tensor, T: int,
     """
     mu = None if prefix is None else prefix.detach().to(DTYPE)
     return _grad(lambda th: _count_chain(th, ref.to(DTYPE), T, hold_prefix=True, forward=False, prefix=mu), theta)
-
-
-def token_forward_kl_grad(theta: torch.Tensor, ref: torch.Tensor, T: int) -> torch.Tensor:
-    """sum_t E_{y<t ~ A}[grad KL(B(.|y<t) || A(.|y<t))]: what K3 in the loss follows (equation 41)."""
-    return _grad(lambda th: _count_chain(th, ref.to(DTYPE), T, hold_prefix=True, forward=True), theta)

@@ -1,4 +1,4 @@
-"""One dataclass per component, each checked on construction (STYLE.md rule 4).
+"""One dataclass per component, each checked on construction (CONTRIBUTING.md rule 4).
 
 Every check collects *all* of its problems and raises one `ConfigError` that lists them with the field path,
 the bad value and the valid choices, so a sweep with several mistakes is fixed in one pass.

@@ -1,8 +1,8 @@
 """Process group and DeepSpeed ZeRO-3 setup, the same code on a GPU cluster and on CPU ranks.
 
 Under Slurm (srun, one task per GPU) the rank layout comes from SLURM_* variables; standalone (`orchestrate train`
-in a shell) it is one rank on localhost. On CPU, DeepSpeed runs with DS_ACCELERATOR=cpu over gloo (facts in
-shared/reference/local-slurm-facts.md); the process group is always destroyed before exit, or the interpreter
+in a shell) it is one rank on localhost. On CPU, DeepSpeed runs with DS_ACCELERATOR=cpu over gloo (docs/trainer.md,
+"Distributed"); the process group is always destroyed before exit, or the interpreter
 aborts ("terminate called without an active exception").
 """
 

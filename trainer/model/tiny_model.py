@@ -1,4 +1,4 @@
-"""A tiny Qwen2 causal LM the project builds itself: the CPU stand-in for Qwen2.5-7B (STYLE.md rule 9).
+"""A tiny Qwen2 causal LM the project builds itself: the CPU stand-in for Qwen2.5-7B (CONTRIBUTING.md rule 8).
 
 `ensure_tiny_model(config) -> Path` returns a directory that `AutoModelForCausalLM.from_pretrained` and
 `AutoTokenizer.from_pretrained` load exactly like a hub checkpoint: `config.json` + weights, a byte-level
@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -100,13 +100,6 @@ class TinyModelConfig:
         """The cache key: a hash of everything that determines the built files."""
         blob = json.dumps([BUILD_VERSION, tiny_task.TASK_VERSION, asdict(self)], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def fast_config(**overrides) -> TinyModelConfig:
-    """A smaller, quicker build for unit tests: same recipe, fewer steps, no build-time evaluation."""
-    base = dict(hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, intermediate_size=192, sft_steps=60,
-                eval_size=0)  # head size 32, as the default's
-    return replace(TinyModelConfig(), **{**base, **overrides})
 
 
 def cache_root() -> Path:

@@ -1,6 +1,6 @@
-"""Answer extraction and grading: `str -> float`, pure (STYLE.md house map).
+"""Answer extraction and grading: `str -> float`, pure (CONTRIBUTING.md rule 1).
 
-One rule for training reward and evaluation alike (reference/evaluation.md section 4): take the LAST `\\boxed{}`
+One rule for training reward and evaluation alike (docs/evaluation.md, "Tasks"): take the LAST `\\boxed{}`
 of the completion (no box scores 0), normalise it and the gold answer, and compare; only when the strings differ
 ask Math-Verify whether the two are mathematically equal (`\\frac{1}{2}` vs `0.5`, `5\\text{ cm}` vs `5`).
 Countdown is graded by reasoning-gym's own scorer, and only its full score 1.0 counts as correct.
