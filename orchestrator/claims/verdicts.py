@@ -218,7 +218,8 @@ def _collapse_rate(claim, row, labels, by_key, level) -> Result:
     detector = ", ".join(sorted(counted))
     return Result(claim, row.label, labels, f"rate of {terms} ({detector}) of {config.name}",
                   verdict(claim, low, high), estimate, low, high, "rate", len(verdicts), {},
-                  "Clopper-Pearson (exact binomial) over seeds", f"{hits} of {len(verdicts)} seeds {detector}")
+                  "Clopper-Pearson (exact binomial) over seeds",
+                  f"{hits} of {len(verdicts)} seeds {' or '.join(sorted(counted))}")
 
 
 def _instability(claim, row, labels, by_key, level) -> Result:
