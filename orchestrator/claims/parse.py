@@ -1,13 +1,13 @@
 """Claims as data: what a sweep is run to test, written once and checked against the sweep's axes at `validate`.
 
-The paper's claims live in `sweeps/claims/paper.yaml` (each with the paper's words, its figure or table and its
-number where it gives one); a sweep names the ones it tests, and a researcher adds their own, in `sweep.claims`:
+The paper's claims live in `sweeps/claims/paper.yaml` (each with the paper's words, its evidence and its number
+for each row the paper reports); a sweep names the ones it tests, and a researcher adds their own, in `sweep.claims`:
 
     sweep:
       claims:
         - O3a                    # an id of sweeps/claims/paper.yaml (or of a claims file listed here)
         - my-claims.yaml         # every claim of a file beside the sweep file
-        - {id: mine, statistic: difference, a: {kl.estimator: k1}, b: {kl.estimator: k3}, expect: ">"}
+        - {id: mine, extension: true, statistic: difference, a: {kl.estimator: k1}, b: {kl.estimator: k3}}
 
 A claim compares cells: side `a` against side `b`, each a mapping axis -> value (or a list of values) that selects
 cells; `per` lists axes that split it into rows, one test each (an axis the sweep does not vary is dropped: it takes
