@@ -95,13 +95,15 @@ def row_tasks(claim: Claim, row: Row, tasks_of: Mapping[str, Sequence[str]], gro
     first = list(tasks_of.get(keys[0], ()))
     common = [t for t in first if all(t in tasks_of.get(k, ()) for k in keys)]
     where = f"claim {claim.id}" + (f" ({row.label})" if row.label else "")
-    if claim.statistic == "group_relative":
+    if claim.statistic in ("group_relative", "group_contrast"):
         out = {g: [t for t in groups.get(g, ()) if t in common] for g in claim.groups}
         empty = [g for g, ts in out.items() if not ts]
         if empty:
             defined = "; ".join(g + ": " + ", ".join(groups.get(g, ())) for g in empty)
             problems.append(f"{where}: group(s) {', '.join(empty)} hold no task these cells are evaluated on "
                             f"({', '.join(common) or 'none'}); {defined}")
+        if claim.statistic == "group_contrast":  # one row: the first group's tasks, then the second's
+            return {" - ".join(claim.groups): [t for ts in out.values() for t in ts]}
         return out
     wanted = common if claim.tasks is None else list(claim.tasks)
     lacking = [t for t in wanted if t not in common]
@@ -165,9 +167,18 @@ def _row(claim: Claim, labels: tuple, a: list[Config], b: list[Config], problems
 
 def summary_line(claims: Sequence[Claim], cells: Iterable[tuple[str, Mapping]], seeds: int) -> str:
     """What `validate` and the dry run say of the sweep's claims: each with its number of rows (tests; a score
-    claim's rows are counted before their split by task)."""
+    claim's rows are counted before their split by task), then one line a claim with its evidence (the paper's
+    section, figure and the sentence it tests), the rows the paper does not report, and its note."""
     cells = list(cells)
-    found = {c.id: len(rows(c, cells, [])) for c in claims}
-    counts = ", ".join(f"{i} ({n} row{'s' * (n != 1)})" for i, n in found.items())
+    found = {c.id: rows(c, cells, []) for c in claims}
+    counts = ", ".join(f"{i} ({len(n)} row{'s' * (len(n) != 1)})" for i, n in found.items())
     caveat = "; ONE seed: intervals over problems only" if seeds == 1 else ""
-    return f"claims tested by `orchestrate report`: {counts}{caveat}"
+    lines = [f"claims tested by `orchestrate report`: {counts}{caveat}"]
+    for claim in claims:
+        beyond = [r.label or "its one row" for r in found[claim.id] if claim.is_extension(dict(r.labels))
+                  and not claim.extension]
+        said = str(claim.evidence) if claim.evidence else "no evidence in the paper"
+        lines.append(f"  {claim.id}{' (the project’s extension)' if claim.extension else ''}: {said}"
+                     + (f"; rows the paper does not report (shown apart): {'; '.join(beyond)}" if beyond else "")
+                     + (f"; note: {claim.note}" if claim.note else ""))
+    return "\n".join(lines)

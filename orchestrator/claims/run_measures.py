@@ -4,11 +4,13 @@ interval. Pure: histories and verdicts in, numbers out.
 - drop: the largest fall of held-out pass@1 from its best value so far, max_t (max_{s <= t} v_s - v_t): a run that
   climbs and holds has ~0 (the noise of its evaluations), one that climbs and falls apart has its fall. Read
   against the beta = 0 cell, paired by seed (the same prompt order), so the evaluation noise both share cancels.
+- mean_pass: the mean of held-out pass@1 over the run's evaluations, the level of its training curve (the paper's
+  "performs similar" of two Pass@1 curves, Figs. 2 and 9, read as the difference of these levels).
 - peak_kl: the largest `train/kl_k1` the run logged (nats per sequence).
 - The paired difference's interval: a t interval over seeds, t(S - 1) x sd / sqrt(S), the seeds being the only
   replication of a run-level measure (no problems to resample); with one seed there is no interval.
-- The collapse rate: collapsed seeds / seeds, with the Clopper-Pearson interval (exact, conservative: with three
-  seeds, 0 of 3 gives [0, 0.71] at 95%).
+- The collapse rate: the seeds whose collapse-detector verdict is one the claim counts (`PAPER_TERMS`) / seeds,
+  with the Clopper-Pearson interval (exact, conservative: with three seeds, 0 of 3 gives [0, 0.71] at 95%).
 The quantiles are scipy.stats's (t, beta).
 """
 
@@ -20,7 +22,24 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
-MEASURE_KEYS = {"drop": "val/pass_at_1", "peak_kl": "train/kl_k1"}
+from trainer.run.collapse_rules import VERDICTS
+
+MEASURE_KEYS = {"drop": "val/pass_at_1", "mean_pass": "val/pass_at_1", "peak_kl": "train/kl_k1"}
+# The paper's words for the collapse detector's verdicts (trainer/run/collapse_rules.py: stable, unstable,
+# collapsed), the one place they are mapped: Table 1's Behaviour column ("Stable", "Training Instabilities",
+# "Training collapse") and Observation 2's "complete or partial collapse". A claim's `counts` names these words.
+PAPER_TERMS = {
+    "stable": ("stable",),
+    "training instabilities": ("unstable", "collapsed"),  # an instability at worst: a collapse is one too
+    "partial collapse": ("unstable",),  # the detector's unstable: a fall or swing that has not (yet) stayed down
+    "complete collapse": ("collapsed",),
+}
+DETECTOR_VERDICTS = VERDICTS  # every one of them named above (tests/unit/test_claims.py)
+
+
+def counted(terms: Sequence[str]) -> frozenset[str]:
+    """The detector's verdicts that the paper's `terms` name."""
+    return frozenset(v for t in terms for v in PAPER_TERMS[t])
 
 
 def measure(name: str, history: Sequence[tuple[int, float]]) -> float | None:
@@ -30,6 +49,8 @@ def measure(name: str, history: Sequence[tuple[int, float]]) -> float | None:
         return None
     if name == "peak_kl":
         return max(values)
+    if name == "mean_pass":
+        return float(np.mean(values))
     best = np.maximum.accumulate(values)
     return float(np.max(best - np.asarray(values)))
 

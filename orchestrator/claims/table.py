@@ -17,7 +17,12 @@ FILES = ("claims.csv", "claims.json")
 TITLE = "Claims"
 HEAD = ("claim", "paper's words", "row", "statistic", "paper", "this sweep [interval]", "verdict", "seeds",
         "problems", "evidence")
-EVIDENCE = {"collapse_rate": "Behaviour (Table 1)", "instability": "Training curves (Figures 2-4)"}
+EVIDENCE = {"collapse_rate": "tested on the collapse detector's verdicts",
+            "instability": "tested on held-out pass@1 over training",
+            "run_equivalence": "tested on held-out pass@1 over training"}  # else: on the final mean@k
+EXTENSION_TITLE = "The project's extension"
+EXTENSION_NOTE = ("Rows the paper does not report (another model, beta or setting than its figures and text), or "
+                  "claims the project makes itself: computed the same way, never with a paper number.")
 
 
 def shown(r: Result) -> str:
@@ -37,23 +42,35 @@ def shown(r: Result) -> str:
 
 
 def blocks(results: Sequence[Result], level: float, method: str) -> list[tuple]:
+    """The paper's rows in one table, the project's extension (rows the paper does not report) in a second."""
     if not results:
         return []
+    paper = [r for r in results if not r.extension]
+    extension = [r for r in results if r.extension]
+    counts = {v: sum(r.verdict == v for r in results) for v in
+              ("holds", "contradicted", "inconclusive", "missing", "not computed")}
+    out = [("h", 2, TITLE),
+           ("p", f"{len(results)} tests of {len({r.claim.id for r in results})} claims: "
+                 + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+                 + (f" ({len(extension)} of them the project's extension, below)" if extension else "") + ".")]
+    if paper:
+        out.append(("table", HEAD, _rows(paper)))
+    if extension:
+        out += [("h", 3, EXTENSION_TITLE), ("p", EXTENSION_NOTE), ("table", HEAD, _rows(extension))]
+    return [*out, ("p", method_note(level, method))]
+
+
+def _rows(results: Sequence[Result]) -> list[tuple]:
     rows = []
     for i, r in enumerate(results):
         first = i == 0 or results[i - 1].claim.id != r.claim.id  # a claim's words once, over its rows
-        rows.append((r.claim.id if first else "", r.claim.words if first else "", r.row or "-", r.statistic,
+        words = r.claim.words + (f" ({r.claim.note})" if r.claim.note else "")
+        rows.append((r.claim.id if first else "", words if first else "", r.row or "-", r.statistic,
                      r.paper or "-", shown(r), r.verdict + (f" ({r.note})" if r.note else ""), str(r.n_seeds or "-"),
                      ", ".join(f"{t} {n}" for t, n in r.n_problems.items()) or "-",
-                     (r.claim.where + "; " if first else "") + EVIDENCE.get(r.claim.statistic,
-                                                                             "Final mean@k (Figures 5-6)")))
-    counts = {v: sum(r.verdict == v for r in results) for v in
-              ("holds", "contradicted", "inconclusive", "missing", "not computed")}
-    return [("h", 2, TITLE),
-            ("p", f"{len(results)} tests of {len({r.claim.id for r in results})} claims: "
-                  + ", ".join(f"{n} {v}" for v, n in counts.items() if n) + "."),
-            ("table", HEAD, rows),
-            ("p", method_note(level, method))]
+                     (r.evidence or "the project's own claim") + "; " + EVIDENCE.get(r.claim.statistic,
+                                                                                    "tested on the final mean@k")))
+    return rows
 
 
 def method_note(level: float, method: str) -> str:
@@ -74,7 +91,8 @@ def to_rows(results: Sequence[Result]) -> list[dict]:
     return [{"claim": r.claim.id, "words": r.claim.words, "where": r.claim.where, "row": r.row,
              **{f"label:{k}": v for k, v in r.labels.items()}, "statistic": r.statistic, "unit": r.unit,
              "estimate": r.estimate, "low": r.low, "high": r.high, "verdict": r.verdict, "paper": r.paper,
-             "n_seeds": r.n_seeds, "n_problems": r.n_problems, "method": r.method, "note": r.note}
+             "n_seeds": r.n_seeds, "n_problems": r.n_problems, "method": r.method, "note": r.note,
+             "extension": r.extension, "evidence": r.evidence, "claim_note": r.claim.note}
             for r in results]
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from orchestrator.claims import intervals, run_measures
 from orchestrator.claims import rows as claim_rows
 from orchestrator.claims import stats as claim_stats
-from orchestrator.claims.parse import SCORE_STATISTICS, Claim
+from orchestrator.claims.parse import EQUIVALENCES, SCORE_STATISTICS, Claim
 from record.display import format_value
 
 # run_key, task -> ({doc_id: [sample scores]}, the data's sha256, the evaluation's settings)
@@ -59,7 +59,20 @@ class Result:
 
     @property
     def paper(self) -> str:
-        return self.claim.paper_value(self.labels)
+        """The paper's number for this row; "" for the project's extension, which never shows one."""
+        return "" if self.extension else self.claim.paper_value(self.labels)
+
+    @property
+    def extension(self) -> bool:
+        """A row the paper does not report (orchestrator/claims/parse.py, "Evidence")."""
+        return self.claim.is_extension(self.labels)
+
+    @property
+    def evidence(self) -> str:
+        """The row's evidence: its paper entry's, else its claim's; "" for an extension without any."""
+        row = None if self.claim.extension else self.claim.paper_row(self.labels)
+        found = row.evidence if row else self.claim.evidence
+        return str(found) if found else ""
 
 
 def evaluate(claims: Sequence[Claim], cells: Sequence[Cell], groups: Mapping[str, Sequence[str]],
@@ -92,7 +105,7 @@ def _row(claim, row, by_key, groups, scores_of, level, method) -> list[Result]:
         return [Result(claim, row.label, labels, claim.statistic, "missing", note=note)]
     if claim.statistic == "collapse_rate":
         return [_collapse_rate(claim, row, labels, by_key, level)]
-    if claim.statistic == "instability":
+    if claim.statistic in ("instability", "run_equivalence"):
         return [_instability(claim, row, labels, by_key, level)]
     problems: list[str] = []
     tasks = claim_rows.row_tasks(claim, row, {k: by_key[k].tasks for k in row.keys()}, groups, problems)
@@ -100,7 +113,7 @@ def _row(claim, row, by_key, groups, scores_of, level, method) -> list[Result]:
         return [Result(claim, row.label, labels, claim.statistic, "not computed", note="; ".join(problems))]
     results = []
     for name, members in tasks.items():
-        kind = "group" if claim.statistic == "group_relative" else "task"
+        kind = "group" if claim.statistic in ("group_relative", "group_contrast") else "task"
         where = {**labels, kind: name}
         shown = ", ".join(x for x in (row.label, f"{kind} {name}") if x)
         try:
@@ -108,7 +121,7 @@ def _row(claim, row, by_key, groups, scores_of, level, method) -> list[Result]:
         except ValueError as error:
             results.append(Result(claim, shown, where, claim.statistic, "not computed", note=str(error)))
             continue
-        stat, words, unit = _statistic(claim, row, members, k)
+        stat, words, unit = _statistic(claim, row, members, k, groups)
         iv = intervals.interval(outcomes, stat, level=level, method=method)
         results.append(Result(claim, shown, where, words, verdict(claim, iv.low, iv.high), iv.estimate, iv.low,
                               iv.high, unit, iv.n_seeds, iv.n_problems, intervals.METHODS[method],
@@ -157,7 +170,7 @@ def _per_problem(metric: str, scores: Sequence[float]) -> float:
     return float(np.mean(scores)) if metric == "mean@k" else float(max(scores) >= 1.0)
 
 
-def _statistic(claim: Claim, row: claim_rows.Row, tasks: Sequence[str], k: int):
+def _statistic(claim: Claim, row: claim_rows.Row, tasks: Sequence[str], k: int, groups: Mapping):
     metric = claim.metric.replace("k", str(k))
     a, b = row.a[0].name, row.b[0].name if row.b else ""
     if claim.statistic in ("difference", "equivalence"):
@@ -167,6 +180,11 @@ def _statistic(claim: Claim, row: claim_rows.Row, tasks: Sequence[str], k: int):
     if claim.statistic == "group_relative":
         return (claim_stats.group_relative_improvement(tasks, 0, 1),
                 f"{metric}: mean over {', '.join(tasks)} of ({a} - {b}) / {b}", "%")
+    if claim.statistic == "group_contrast":
+        first, second = ([t for t in groups.get(g, ()) if t in tasks] for g in claim.groups)
+        return (claim_stats.group_contrast(first, second, 0, 1),
+                f"{metric}: mean over {', '.join(first)} of ({a} - {b}) / {b}, minus the same over "
+                f"{', '.join(second)}", "%")
     xs = [float(dict(c.axes)[claim.x]) for c in row.a]
     shown = [math.log(x) for x in xs] if claim.log else xs
     along = f"log {claim.x}" if claim.log else claim.x
@@ -179,7 +197,7 @@ def verdict(claim: Claim, low: float, high: float) -> str:
     end that is not finite (nan, or a ratio over a mean of 0) is inconclusive."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return "inconclusive"
-    if claim.statistic == "equivalence":
+    if claim.statistic in EQUIVALENCES:
         m = claim.margin
         if -m <= low and high <= m:
             return "holds"
@@ -193,11 +211,15 @@ def verdict(claim: Claim, low: float, high: float) -> str:
 def _collapse_rate(claim, row, labels, by_key, level) -> Result:
     (config,) = row.a
     verdicts = [by_key[k].verdict for k in config.seeds.values()]
-    hits = sum(v == "collapsed" for v in verdicts)
+    counted = run_measures.counted(claim.counts)
+    hits = sum(v in counted for v in verdicts)
     estimate, low, high = run_measures.rate(hits, len(verdicts), level)
-    return Result(claim, row.label, labels, f"collapse rate of {config.name}", verdict(claim, low, high),
-                  estimate, low, high, "rate", len(verdicts), {}, "Clopper-Pearson (exact binomial) over seeds",
-                  f"{hits} of {len(verdicts)} seeds collapsed")
+    terms = " or ".join(claim.counts)
+    detector = ", ".join(sorted(counted))
+    return Result(claim, row.label, labels, f"rate of {terms} ({detector}) of {config.name}",
+                  verdict(claim, low, high), estimate, low, high, "rate", len(verdicts), {},
+                  "Clopper-Pearson (exact binomial) over seeds",
+                  f"{hits} of {len(verdicts)} seeds {' or '.join(sorted(counted))}")
 
 
 def _instability(claim, row, labels, by_key, level) -> Result:

@@ -34,6 +34,7 @@ STEP, K, LIMIT = 2, 4, 12
 CLAIMS = """claims:
   - id: k1-beats-k3
     words: K1 in the reward outperforms K3 in the loss
+    evidence: {section: "4.1, Observation 3", figure: Fig. 5, quote: K1-in-reward outperforms K3-in-loss}
     statistic: difference
     a: {kl.estimator: k1, kl.placement: reward}
     b: {kl.estimator: k3, kl.placement: loss}

@@ -24,8 +24,14 @@ REPO = Path(__file__).resolve().parents[2]
 GROUPS = {"in-domain": ["tiny"], "out-of-domain": ["tiny_ood"]}
 
 
+EVIDENCE = {"section": "4.1, Observation 3", "figure": "Fig. 5", "quote": "K1-in-reward outperforms"}
+
+
 def parse(**raw):
+    """A claim; the project's own (extension) unless it gives evidence or paper numbers."""
     problems: list[str] = []
+    if "evidence" not in raw and "paper" not in raw:
+        raw = {"extension": True, **raw}
     claim = spec.parse({"id": "c", **raw}, "test", GROUPS, problems)
     return claim, problems
 
@@ -48,11 +54,82 @@ def grid(betas=(0.3, 1.0), seeds=(0, 1, 2), models=("m",)):
 def test_the_papers_claims_file_parses_and_every_shipped_sweep_names_claims_that_fit_it():
     problems: list[str] = []
     found, groups = spec.read_claims_file(spec.PAPER_FILE, problems)
-    assert not problems and {"O1a", "O1b", "O2", "O3a", "O3b", "A2", "C1-alike"} <= set(found)
+    assert not problems and {"O1a-qwen", "O1b", "O2", "O3a", "O3b", "O3c-qwen", "A2", "A3-k1-loss", "D2-k1-loss",
+                             "C1-k1-reward", "C1-alike", "S1-k1-reward"} <= set(found)
+    assert all(c.evidence and c.paper and all(r.evidence.quote for r in c.paper) for c in found.values())
     assert found["O3b"].paper_value({"model": "qwen2.5-7b", "kl.beta": 0.05, "group": "out-of-domain"}) == "+19.06%"
-    for name, ids in {"onpolicy": 7, "offpolicy": 1, "async": 3, "correct-gradients": 3, "tiny-study": 7}.items():
+    assert found["O3b"].is_extension({"model": "llama-3.1-8b-instruct", "kl.beta": 0.3, "group": "in-domain"})
+    assert found["A2"].is_extension({"model": "qwen3-4b-instruct-2507"})
+    assert not found["A2"].is_extension({"model": "qwen2.5-7b"})
+    for name, ids in {"onpolicy": 18, "offpolicy": 3, "async": 5, "correct-gradients": 6, "tiny-study": 9}.items():
         sweep = load_sweep(REPO / "sweeps" / f"{name}.yaml")  # validates each claim's rows and tasks
         assert len(sweep.claims) == ids, name
+    # The tiny study has no model axis: the paper reports none of its rows, and its own claims say so.
+    tiny = load_sweep(REPO / "sweeps" / "tiny-study.yaml")
+    assert all(c.extension or c.paper for c in tiny.claims) and all(c.note for c in tiny.claims if c.extension)
+
+
+def test_a_claim_or_paper_number_without_evidence_is_a_load_error_with_every_problem():
+    problems: list[str] = []
+    raw = {"statistic": "difference", "a": {"kl.estimator": "k1"}, "b": {"kl.estimator": "k3"}}
+    assert spec.parse({"id": "bare", **raw}, "f", GROUPS, problems) is None
+    assert problems == ["f (bare): no evidence; give evidence: {section, figure, quote} (where the paper says it and "
+                        "a short quote of the sentence it tests), or extension: true for the project's own claim",
+                        "f (bare): no paper; give what the paper reports for its rows (a string, or entries "
+                        "{when, value, quote}), or extension: true"]
+    problems = []
+    spec.parse({"id": "half", **raw, "evidence": {"section": 4.1, "figure": "Fig. 5"},
+                "paper": [{"when": {"kl.beta": 0.05}, "value": "+6.21%"}, {"when": {}, "value": "x", "quote": "q"}]},
+               "f", GROUPS, problems)
+    assert problems == ["f (half).evidence: section 4.1 is a number; quote it (\"4.1\")",
+                        "f (half).evidence: no quote; give a short quote of the sentence it tests",
+                        "f (half).paper[0]: the paper's '+6.21%' has no evidence beside it; give quote (and figure, "
+                        "where it is not the claim's)",
+                        "f (half).paper[1]: no section; give the section (4.1, Observation 1)",
+                        "f (half).paper[1]: no figure; give the figure or table (Fig. 2, Table 1, text)"]
+    problems = []
+    spec.parse({"id": "mine", **raw, "extension": True, "paper": "+5%"}, "f", GROUPS, problems)
+    assert problems == ["f (mine): an extension takes no paper numbers; drop paper (or extension)"]
+    # A manifest written before evidence was required still reads.
+    assert spec.parse({"id": "old", **raw}, "m", GROUPS, [], require_evidence=False) is not None
+
+
+def test_rows_the_paper_does_not_report_are_the_projects_extension_shown_apart():
+    claim, problems = parse(statistic="difference", a={"kl.estimator": "k1", "kl.placement": "reward"},
+                            b={"kl.estimator": "k3", "kl.placement": "loss"}, per=["kl.beta"], tasks=["tiny"],
+                            evidence=EVIDENCE, paper=[{"when": {"kl.beta": 0.3}, "value": "+6%", "quote": "six"}])
+    assert not problems
+    pairs = grid()
+    _, scores_of = scores_for({k: 0.5 for k, _ in pairs})
+    found = report_claims.evaluate([claim], cells_of(pairs), GROUPS, scores_of)
+    assert [(r.row, r.extension, r.paper) for r in found] == [("kl.beta 0.3, task tiny", False, "+6%"),
+                                                              ("kl.beta 1, task tiny", True, "")]
+    assert found[0].evidence == '4.1, Observation 3; Fig. 5: "six"'
+    blocks = claims_table.blocks(found, 0.95, "t")
+    tables = [b for b in blocks if b[0] == "table"]
+    assert [len(t[2]) for t in tables] == [1, 1] and ("h", 3, claims_table.EXTENSION_TITLE) in blocks
+    assert tables[1][2][0][4] == "-"  # never a paper number
+    line = claim_rows.summary_line([claim], pairs, 3).splitlines()
+    assert line[1] == ('  c: 4.1, Observation 3; Fig. 5: "K1-in-reward outperforms"; rows the paper does not report '
+                       '(shown apart): kl.beta 1')
+
+
+def test_validate_lists_each_shipped_sweeps_claims_with_their_evidence():
+    from orchestrator.launch.plan import make_plan, summary_lines
+
+    for name in ("onpolicy", "offpolicy", "async", "correct-gradients", "tiny-study"):
+        sweep = load_sweep(REPO / "sweeps" / f"{name}.yaml")
+        text = "\n".join(summary_lines(sweep, make_plan(sweep)))
+        for claim in sweep.claims:
+            assert f"\n  {claim.id}" in text and (str(claim.evidence) in text), (name, claim.id)
+
+
+def test_the_detectors_verdicts_have_the_papers_words_in_one_place():
+    assert {v for vs in run_measures.PAPER_TERMS.values() for v in vs} == set(run_measures.DETECTOR_VERDICTS)
+    assert run_measures.counted(["complete collapse", "partial collapse"]) == {"collapsed", "unstable"}
+    _, problems = parse(statistic="collapse_rate", a={"kl.estimator": "k3"}, counts=["meltdown"])
+    assert problems == ["test (c): counts meltdown; valid: stable, training instabilities, partial collapse, "
+                        "complete collapse"]
 
 
 def test_every_problem_of_a_claim_at_once_with_the_fix():
@@ -115,15 +192,15 @@ def test_row_tasks_are_those_every_compared_cell_is_evaluated_on():
 def test_a_bad_claim_in_a_sweep_file_is_refused_at_validate_with_the_rest(tmp_path):
     sweep = tmp_path / "mine.yaml"
     sweep.write_text((REPO / "sweeps" / "tiny-study.yaml").read_text().replace(
-        "    - O1a\n", "    - O1a\n    - O9\n    - mine.claims.yaml\n"
-                     "    - {id: bad, statistic: slope, a: {kl.estimator: k1}}\n"))
+        "    - S1-k1-reward\n", "    - S1-k1-reward\n    - O9\n    - mine.claims.yaml\n"
+                     "    - {id: bad, extension: true, statistic: slope, a: {kl.estimator: k1}}\n"))
     (tmp_path / "mine.claims.yaml").write_text(
-        "claims:\n  - {id: ood, statistic: difference, a: {kl.estimator: k1}, b: {kl.estimator: k3},"
+        "claims:\n  - {id: ood, extension: true, statistic: difference, a: {kl.estimator: k1}, b: {kl.estimator: k3},"
         " tasks: [math500]}\n")
     with pytest.raises(ConfigError) as error:
         load_sweep(sweep)
     text = str(error.value)
-    assert "sweep.claims[1]: no claim 'O9'; ids: O1a" in text
+    assert "sweep.claims[1]: no claim 'O9'; ids: O1a-qwen" in text
     assert "(bad): a slope needs x" in text
     assert "claim ood" in text and "side a selects" in text  # k1 in reward and loss, two betas: not one config
 
@@ -220,8 +297,19 @@ def test_collapse_rate_and_instability_from_verdicts_and_histories():
     rate, _ = parse(statistic="collapse_rate", a={"kl.estimator": "k3", "kl.placement": "reward"})
     drop, _ = parse(statistic="instability", a={"kl.estimator": "k1", "kl.placement": "loss"},
                     b={"kl.placement": "none"})
-    r, i = report_claims.evaluate([rate, drop], cells, GROUPS, lambda *_: None)
+    level, _ = parse(statistic="run_equivalence", measure="mean_pass", margin=0.05,
+                     a={"kl.estimator": "k1", "kl.placement": "loss"}, b={"kl.placement": "none"})
+    r, i, e = report_claims.evaluate([rate, drop, level], cells, GROUPS, lambda *_: None)
     assert (r.estimate, r.note) == (pytest.approx(2 / 3), "2 of 3 seeds collapsed") and r.verdict == "holds"
+    # the curves' levels: K1-loss 0.3, 0.3333, 0.3333 against 0.35, 0.3533, 0.3567: -0.0433 on average
+    levels = [np.mean(falls[s]) - np.mean([0.2, 0.4, 0.45 + 0.01 * s]) for s in range(3)]
+    assert e.estimate == pytest.approx(np.mean(levels)) and e.verdict in ("inconclusive", "contradicted")
+    partial = cells_of(pairs, verdict=lambda k: "unstable" if "k3-reward" in k else "stable", history=history)
+    either, _ = parse(statistic="collapse_rate", a={"kl.estimator": "k3", "kl.placement": "reward"},
+                      counts=["complete collapse", "partial collapse"])
+    (p,) = report_claims.evaluate([either], partial, GROUPS, lambda *_: None)
+    (none,) = report_claims.evaluate([rate], partial, GROUPS, lambda *_: None)
+    assert (p.estimate, p.note, none.estimate) == (1.0, "3 of 3 seeds collapsed or unstable", 0.0)
     assert (r.low, r.high) == pytest.approx((stats.beta.ppf(0.025, 2, 2), stats.beta.ppf(0.975, 3, 1)))
     d = [0.3, 0.4, 0.4]  # each K1-loss seed's fall; the beta = 0 runs never fall
     t = stats.ttest_1samp(d, 0).confidence_interval(0.95)
@@ -266,7 +354,8 @@ def test_the_table_shows_each_claims_words_once_and_the_method_with_its_coverage
     _, scores_of = scores_for({k: 0.5 for k, _ in pairs})
     claim, _ = parse(statistic="relative", a={"kl.estimator": "k1", "kl.placement": "reward"},
                      b={"kl.estimator": "k3", "kl.placement": "loss"}, per=["kl.beta"], tasks=["tiny"],
-                     words="K1 wins", paper=[{"when": {"kl.beta": 1}, "value": "+5%"}])
+                     words="K1 wins", evidence=EVIDENCE, paper=[{"when": {"kl.beta": 0.3}, "value": "-", "quote": "q"},
+                                                                {"when": {"kl.beta": 1}, "value": "+5%", "quote": "q"}])
     found = report_claims.evaluate([claim], cells_of(pairs), GROUPS, scores_of)
     blocks = claims_table.blocks(found, 0.9, "t")
     rows = blocks[2][2]
@@ -285,7 +374,7 @@ def test_a_launched_sweep_keeps_its_claims_in_the_manifest_and_the_report_reads_
     claims, groups = sweep_claims(str(sweep_dir), [], sweep_dir)
     assert claims == list(sweep.claims) and groups == {g: list(ts) for g, ts in sweep.claim_groups}
     extra = tmp_path / "more.yaml"
-    extra.write_text("claims:\n  - {id: more, statistic: collapse_rate, a: {kl.estimator: k1}}\n")
+    extra.write_text("claims:\n  - {id: more, extension: true, statistic: collapse_rate, a: {kl.estimator: k1}}\n")
     more, _ = sweep_claims(str(sweep_dir), [], sweep_dir, [str(extra)])
     assert [c.id for c in more][-2:] == ["O1b-tiny", "more"]
 
@@ -296,7 +385,35 @@ def test_a_grid_narrowed_on_the_command_line_warns_of_the_claims_it_no_longer_fi
     from orchestrator.launch.plan import make_plan, summary_lines
 
     sweep = load_sweep(REPO / "sweeps" / "onpolicy.yaml", ["model=qwen3-4b-instruct-2507"])
-    assert sweep.claim_warnings == ("claim O1b: a: model qwen2.5-7b is not in this sweep; model takes "
-                                    "qwen3-4b-instruct-2507",)
+    assert sweep.claim_warnings[0] == ("claim O1a-qwen: a: model qwen2.5-7b is not in this sweep; model takes "
+                                       "qwen3-4b-instruct-2507")
     assert any(line.startswith("warning: claim O1b") for line in summary_lines(sweep, make_plan(sweep)))
     assert load_sweep(REPO / "sweeps" / "onpolicy.yaml", ["sweep.output_root=/tmp/x"]).claim_warnings == ()
+
+
+def test_observation_3s_contrast_is_one_statistic_with_the_interval_of_the_difference():
+    pairs = grid(betas=(0.3,))
+    table, scores_of = scores_for({k: (0.6 if "k1-reward" in k else 0.5) for k, _ in pairs})
+
+    def two_tasks(run_key, task):  # tiny_ood: the same answers, worse by a third for K3 in the loss
+        scores, sha, settings = scores_of(run_key, "tiny")
+        if task == "tiny_ood" and "k3-loss" in run_key:
+            scores = {d: [v * (2 / 3) for v in vs] for d, vs in scores.items()}
+        return scores, sha, settings
+
+    contrast, problems = parse(statistic="group_contrast", groups=["out-of-domain", "in-domain"],
+                               a={"kl.estimator": "k1", "kl.placement": "reward"},
+                               b={"kl.estimator": "k3", "kl.placement": "loss"}, per=["kl.beta"])
+    assert not problems
+    (result,) = report_claims.evaluate([contrast], cells_of(pairs), GROUPS, two_tasks)
+
+    def mean(key_part, scale=1.0):
+        return np.mean([np.mean(v) * scale for s in range(3) for v in table[f"m-{key_part}-0.3-{s}"].values()])
+
+    a, b = mean("k1-reward"), mean("k3-loss")
+    by_hand = (a - b * 2 / 3) / (b * 2 / 3) - (a - b) / b
+    assert result.row == "kl.beta 0.3, group out-of-domain - in-domain" and result.unit == "%"
+    assert result.estimate == pytest.approx(by_hand) and result.low < result.estimate < result.high
+    assert result.n_problems == {"tiny_ood": 40, "tiny": 40}
+    _, problems = parse(statistic="group_contrast", groups=["in-domain"], a={"x": 1}, b={"x": 2})
+    assert problems == ["test (c): a group_contrast needs two groups (the first minus the second); got in-domain"]
