@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup setup-gpu demo synthetic study test unit integration lint ci reliability history bench clean mlflow-ui
+.PHONY: setup setup-gpu demo synthetic study test unit integration lint ci reliability history long bench clean mlflow-ui
 
 $(STAMP): pyproject.toml constraints.txt vendor/vllm-cpu-dist/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -70,7 +70,8 @@ unit: setup
 integration: setup
 	$(BIN)/pytest tests/integration -q $(XDIST)
 
-# Lint, then every tier but the slow fault-matrix rows (`make reliability`); prints the 25 slowest tests.
+# Lint, then every tier but the slow fault-matrix rows (`make reliability`) and the long sweeps (`make long`); prints
+# the 25 slowest tests.
 test: setup lint
 	$(BIN)/pytest -q $(XDIST)
 
@@ -85,6 +86,13 @@ RELIABILITY_ROWS ?= runs/reliability
 history: export OMP_NUM_THREADS = 1
 history: setup
 	$(BIN)/pytest -m history -v tests/integration/test_metric_history.py
+
+# The long end-to-end sweeps on the local Slurm cluster that `make test` leaves out (marked `long`): SmolLM2 trained
+# by both rollout engines and evaluated by both lm-eval backends (tests/integration/test_real_model_smoke.py), about
+# 4 minutes on an idle machine; it was the longest test of make test's Slurm chain.
+long: export OMP_NUM_THREADS = 1
+long: setup
+	$(BIN)/pytest -m long -v tests/integration
 
 reliability: export OMP_NUM_THREADS = 1
 reliability: setup

@@ -1,7 +1,11 @@
 """`sweeps/smoke-real.yaml` end to end on the local Slurm cluster: SmolLM2-135M-Instruct, a real pretrained model
 with its own BPE tokenizer and ChatML chat template, trained by both rollout engines (HF generate; vLLM's CPU
 build beside DeepSpeed ZeRO-3) and evaluated by both lm-eval backends in the chained jobs; `orchestrate status`
-shows both cells done with their mean@k (issue 23, item 3)."""
+shows both cells done with their mean@k (issue 23, item 3).
+
+Marked `long`: it is the longest test of the Slurm chain (232 s of an idle machine's 24 minutes, docs/real-model.md), so `make test`
+leaves it to `make long`; SmolLM2's seams (tokenizer, chat template, both engines, both backends) stay in `make test`
+through tests/integration/test_real_model_seams.py."""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from record.rundir import RunDir
 from tests.support.real_model import smollm2_dir
 from trainer.rollout import vllm_support
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow,
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.long,
               pytest.mark.skipif(not vllm_support.installed(), reason="vLLM is not installed (make setup)")]
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_TURN = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM"

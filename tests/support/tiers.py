@@ -23,7 +23,7 @@ from pathlib import Path
 
 TIERS = ("unit", "integration", "gpu")
 # Markers that say a test needs something only the integration tier brings up.
-SERVICE_MARKERS = frozenset({"slurm", "slow", "fault_matrix", "reliability", "two_nodes", "gpu"})
+SERVICE_MARKERS = frozenset({"slurm", "slow", "fault_matrix", "reliability", "long", "two_nodes", "gpu"})
 # Programs that submit a Slurm job, or are (or start) a service.
 SLURM_JOBS = frozenset({"sbatch", "srun", "salloc"})
 SERVICES = frozenset({
