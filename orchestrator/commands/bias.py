@@ -1,6 +1,6 @@
 """`orchestrate bias --library LIB[:OPTION=VALUE,...]`: a library's KL setting as this project's configuration, and
-its row of the bias table beside the paper's K1 in the reward (trainer/analysis/library_map.yaml; docs/trainer.md,
-"Library settings")."""
+its row of the bias table beside K1 in the reward and K2 in the loss (trainer/analysis/library_map.yaml;
+docs/trainer.md, "Library settings")."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ actor_rollout_ref.actor.kl_loss_type); several are comma-separated. Each matchin
 default, what it computes that has no equal here (gap), and the project configuration it equals as overrides to
 put in a sweep's grid block beside the paper's configurations (its coefficient is kl.beta). Then each one's
 exact gradient on the toy model of section 3.3, as `orchestrate validate` prints it, with K1 in the reward (the
-paper's unbiased configuration) beside it. The algorithm is the paper's (RLOO, G = 5, token_mean, clip 0.2) unless
-the setting pins one.
+paper's unbiased configuration) and K2 in the loss (its on-policy token-level twin, arXiv 2510.01555) beside it.
+The algorithm is the paper's (RLOO, G = 5, token_mean, clip 0.2) unless the setting pins one.
 Exit status: 0, or 2 for an unknown library, option or value (the message lists the valid ones)."""
 
 
@@ -63,17 +63,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_rows(out, settings, off_policy: bool) -> None:
-    """Each setting's objective on the toy model, and K1 in the reward beside them."""
+    """Each setting's objective on the toy model, and K1 in the reward and K2 in the loss beside them."""
     from trainer.analysis import bias_table  # noqa: PLC0415 (torch)
 
     objectives = [bias_table.objective(s.kl, AlgorithmConfig(**s.algorithm), off_policy) for s in settings]
-    paper = bias_table.objective(KLConfig(estimator="k1", placement="reward", beta=1.0), AlgorithmConfig(),
-                                 off_policy)
-    T, rows = bias_table.table([*objectives, paper])
+    beside = [bias_table.objective(KLConfig(estimator=e, placement=p, beta=1.0), AlgorithmConfig(), off_policy)
+              for e, p in (("k1", "reward"), ("k2", "loss"))]  # the paper's unbiased; Liu et al.'s token-level
+    T, rows = bias_table.table([*objectives, *beside])
     if T is None:
         out.print("  bias table: skipped, a group is too large to enumerate on the toy model", soft_wrap=True)
         return
-    table = Table(title=f"The setting(s) on the toy model (T={T}), K1 in the reward beside",
+    table = Table(title=f"The setting(s) on the toy model (T={T}), K1 in the reward and K2 in the loss beside",
                   caption=bias_table.caption(T, rows), caption_justify="left")
     for name in bias_table.HEADER:
         table.add_column(name, overflow="fold")

@@ -18,6 +18,7 @@ from trainer.analysis.toy import (
     token_reverse_kl_grad,
 )
 from trainer.analysis.toy_study import TrialBatch, kl_config
+from trainer.objective.kl import objective_target
 from trainer.objective.loss import rl_loss, shaped_advantages
 from trainer.objective.settings import AlgorithmConfig, KLConfig
 
@@ -245,3 +246,20 @@ def test_tinker_k1_in_its_token_advantage_is_k2_in_the_loss_beside_k1_in_the_rew
     assert close(g, per_sample_grads(all_sequences(T), THETA, REF, kl_config("k2-loss")))
     assert close(mean, token_reverse_kl_grad(THETA, REF, T))
     assert not close(mean, expectation("k1-reward"), atol=1e-4)
+
+
+# --- credit "token": each token's own KL in its advantage (Tinker's cookbook default) -------------------------
+
+def test_k1_in_the_reward_with_token_credit_is_k2_in_the_loss_per_sample():
+    y = all_sequences(T)
+    assert close(per_sample_grads(y, THETA, REF, kl_config("k1-reward-tok")),
+                 per_sample_grads(y, THETA, REF, kl_config("k2-loss")))
+    assert close(expectation("k1-reward-tok"), token_reverse_kl_grad(THETA, REF, T))
+
+
+@pytest.mark.parametrize("name,target", [("k1-reward-tok", "token-reverse"), ("k3-reward+loss-tok", "token-reverse"),
+                                         ("k1-reward+loss-tok", "token-reverse"), ("k3-reward-tok", "biased")])
+def test_token_credit_reaches_the_token_level_target_where_objective_target_says(name, target):
+    assert objective_target(kl_config(name)) == target
+    reached = close(expectation(name), token_reverse_kl_grad(THETA, REF, T))
+    assert reached == (target == "token-reverse")

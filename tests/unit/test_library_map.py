@@ -79,7 +79,10 @@ def test_an_unknown_library_option_or_value_lists_the_valid_ones(query, says):
 def test_the_bias_tables_column_names_the_settings_of_each_objective():
     m = lm.load()
     k2_loss = m.labels(KLConfig(estimator="k2", placement="loss", beta=1.0), AlgorithmConfig())
-    assert "kl_loss_type=k3+" in k2_loss and "~Tinker cookbook" in k2_loss
+    assert "kl_loss_type=k3+" in k2_loss and "kl_loss_type=mse" in k2_loss
+    tinker = m.labels(KLConfig(estimator="k1", placement="reward", beta=1.0, credit="token"),
+                      AlgorithmConfig(advantage="none"))
+    assert tinker == "~Tinker cookbook kl_penalty_coef>0 kl_discount_factor=0.0"
     k1_reward = m.labels(KLConfig(estimator="k1", placement="reward", beta=1.0), AlgorithmConfig())
     assert "RLOOConfig.beta>0" in k1_reward and "GRPOConfig" not in k1_reward
     assert "kl_penalty=kl" not in m.labels(KLConfig(estimator="k1", placement="reward", beta=1.0),
@@ -95,6 +98,6 @@ def test_orchestrate_bias_prints_the_configuration_and_its_row(capsys):
     assert main(["bias", "--library", "verl:kl_loss_type=low_var_kl"]) == 0
     out = capsys.readouterr().out
     assert "kl.estimator=k3 kl.placement=loss kl.clamp=20.0" in out
-    assert "biased" in out and "k1-reward" in out  # its row, and the paper's unbiased one beside it
+    assert "biased" in out and "k1-reward" in out and "k2-loss" in out  # its row, K1-reward and K2-loss beside
     assert main(["bias", "--library", "verl:kl_loss_type=nope"]) == 2
     assert "its values there" in capsys.readouterr().err

@@ -67,7 +67,7 @@ class Objective:
             if kl.placement == "reward+loss" and kl.beta_reward_value != kl.beta_loss_value:
                 text += f" (beta reward {kl.beta_reward_value:.3g}, loss {kl.beta_loss_value:.3g})"
             text += "-rho" if kl.loss_form == "rho" else ""
-            text += "-rtg" if kl.credit == "reward_to_go" else ""
+            text += {"sequence": "", "reward_to_go": "-rtg", "token": "-tok"}[kl.credit]
             text += f" clamp {kl.clamp:g}" if kl.clamp is not None else ""
         clip = "" if a.clip_eps is None else f" clip {a.clip_eps:g}"
         return f"{text} | {a.advantage} G={a.group_size} {a.aggregation}{clip}"
