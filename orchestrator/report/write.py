@@ -6,7 +6,8 @@ returns and then logs the files to the sweep's parent MLflow run (`log_to_parent
 
 The document's order: the title and what it covers, the Claims table, the cells missing, the evaluations' and
 gradients' splits, Table 1's behaviour, the end of training, the curves, the final mean@k (orchestrator/report/
-paper.py `document`), then the base models, Figure 7 and the bias table.
+paper.py `document`), then the base models, Figure 7, the bias table and whether each KL term acts
+(orchestrator/report/kl_response.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from orchestrator.claims import intervals, verdicts
 from orchestrator.claims import table as claims_table
 from orchestrator.claims.verdicts import Result
 from orchestrator.launch.ledger import Ledger
-from orchestrator.report import asynchronous, base_models, bias, claim_inputs, late, missing, paper
+from orchestrator.report import asynchronous, base_models, bias, claim_inputs, kl_response, late, missing, paper
 from orchestrator.report.histories import read_histories
 from orchestrator.report.page import render_html, render_markdown
 from orchestrator.status.baseline_rows import baseline_rows, current_baselines
@@ -71,10 +72,13 @@ def write_report(sweep: str, overrides: Sequence[str] = (), out: str | None = No
     results = verdicts.evaluate(claim_list, claim_inputs.cells(data, histories), groups,
                                 claim_inputs.scores_reader(records, data), level, method)
     made = bias.table(configs)  # each distinct objective on the toy model: a second or two, torch included
+    acting = kl_response.check([{**c, "config": configs[c["row"]["run_key"]]} for c in cells],
+                               kl_response.directions(configs), level)  # a KL term that does nothing, flagged
     blocks = paper.document(sweep_dir.name, data, kls, gaps, figures, notes, everything, missing.FILE,
                             claims=claims_table.blocks(results, level, method),
                             late=late.blocks(late.late_values([c for c in cells if paper.finished(c["row"])])))
     blocks += base_models.blocks(bases) + asynchronous.blocks(figures["async"]) + bias.blocks(made)
+    blocks += kl_response.blocks(acting, level)
     texts = {missing.FILE: missing.tsv(gaps),  # every row, whatever the document shows
              "claims.csv": claims_table.to_csv(results), "claims.json": claims_table.to_json(results, level, method),
              "report.md": render_markdown(blocks),
@@ -84,7 +88,7 @@ def write_report(sweep: str, overrides: Sequence[str] = (), out: str | None = No
         texts["bias-table.md"] = table_md
     for name, text in texts.items():
         (where / name).write_text(text, encoding="utf-8")
-    lines = _lines(sweep_dir.name, data, images, where, gaps, everything, made, results)
+    lines = _lines(sweep_dir.name, data, images, where, gaps, everything, made, results) + kl_response.lines(acting)
     return Written(where, tuple(where / n for n in ("report.html", "report.md", *claims_table.FILES, *images)),
                    tuple(Path(r["run_dir"]) for r in records.values()), tuple(results), tuple(lines),
                    tuple(f"warning: {note}" for note in notes if "unreachable" in note))

@@ -17,6 +17,7 @@ from trainer.analysis.toy import (
     token_reverse_kl_grad,
 )
 from trainer.analysis.toy_study import TrialBatch, kl_config
+from trainer.objective.kl import objective_target
 from trainer.objective.loss import rl_loss, shaped_advantages
 from trainer.objective.settings import AlgorithmConfig, KLConfig
 
@@ -188,3 +189,76 @@ def test_trial_batch_matches_autograd(name):
     fast = TrialBatch(y, THETA, REF).gradients(kl_config(name))
     slow = per_sample_grads(y.reshape(-1, T), THETA, REF, kl_config(name), rows_per_param=4)
     assert close(fast, slow, atol=1e-12)
+
+
+# --- the libraries' later fixes, as their own code computes them, against the configuration the map names ------
+# (trainer/analysis/library_map.yaml). Each library form is written here from its source, per sample, with a
+# private copy of (a, b) per sequence, and compared with the trainer's loss for the mapped configuration.
+
+def library_grads(per_token, sampler=None):
+    """Per-sequence gradients of sum_t per_token(logp, ref, old) over every sequence, and their expectation."""
+    y = all_sequences(T)
+    P = THETA.expand(y.shape[0], 2).clone().requires_grad_(True)
+    logp, ref = token_logprobs(P, y), token_logprobs(REF[None], y)
+    old = logp.detach() if sampler is None else token_logprobs(sampler[None], y)
+    (g,) = torch.autograd.grad(per_token(logp, ref, old).sum(), P)
+    prob = token_logprobs((THETA if sampler is None else sampler)[None], y).sum(-1).exp()
+    return g, (prob[:, None] * g).sum(0)
+
+
+def verl_straight_through_k3_plus(logp, ref, old):
+    """verl's `k3+` (core_algos.py kl_penalty, PR #2953): k3's value, k2's gradient."""
+    k2, k3 = 0.5 * (logp - ref) ** 2, (ref - logp).exp() - 1 - (ref - logp)
+    return k2 - k2.detach() + k3.detach()
+
+
+def trl_bias_corrected_k3(logp, ref, old):
+    """TRL's use_bias_correction_kl (grpo_trainer.py _compute_loss): per_token_kl * coef_1, coef_1 in the graph."""
+    return (logp - old).exp() * ((ref - logp).exp() - (ref - logp) - 1)
+
+
+def tinker_k1_in_its_token_advantage(logp, ref, old):
+    """Tinker cookbook's default (kl_discount_factor 0): -sg(k1_t) in token t's advantage only, the centring aside:
+    the policy-gradient surrogate -A_t * log pi_t."""
+    return (old - ref).detach() * logp
+
+
+def test_verl_k3_plus_has_k2_loss_per_sample_gradient_and_k3s_value():
+    g, _ = library_grads(verl_straight_through_k3_plus)
+    assert close(g, per_sample_grads(all_sequences(T), THETA, REF, kl_config("k2-loss")))
+    y = all_sequences(T)
+    logp, ref = token_logprobs(THETA[None], y), token_logprobs(REF[None], y)
+    assert close(verl_straight_through_k3_plus(logp, ref, logp), (ref - logp).exp() - 1 - (ref - logp))
+
+
+@pytest.mark.parametrize("sampler", [None, MU], ids=["on-policy", "off-policy"])
+def test_trl_bias_corrected_k3_is_k3_loss_rho(sampler):
+    g, mean = library_grads(trl_bias_corrected_k3, sampler)
+    assert close(g, per_sample_grads(all_sequences(T), THETA, REF, kl_config("k3-loss-rho"), behavior=sampler))
+    assert close(mean, token_reverse_kl_grad(THETA, REF, T) if sampler is None else token_reverse_grad_under(MU))
+
+
+def test_tinker_k1_in_its_token_advantage_is_k2_in_the_loss_beside_k1_in_the_reward():
+    # Liu et al. (arXiv 2510.01555): K1 in the reward with a token's own credit has K2-in-the-loss's gradient,
+    # per sample; both are the token-level reverse KL's, not the sequence-level one K1 summed in the reward reaches.
+    g, mean = library_grads(tinker_k1_in_its_token_advantage)
+    assert close(g, per_sample_grads(all_sequences(T), THETA, REF, kl_config("k2-loss")))
+    assert close(mean, token_reverse_kl_grad(THETA, REF, T))
+    assert not close(mean, expectation("k1-reward"), atol=1e-4)
+
+
+# --- credit "token": each token's own KL in its advantage (Tinker's cookbook default) -------------------------
+
+def test_k1_in_the_reward_with_token_credit_is_k2_in_the_loss_per_sample():
+    y = all_sequences(T)
+    assert close(per_sample_grads(y, THETA, REF, kl_config("k1-reward-tok")),
+                 per_sample_grads(y, THETA, REF, kl_config("k2-loss")))
+    assert close(expectation("k1-reward-tok"), token_reverse_kl_grad(THETA, REF, T))
+
+
+@pytest.mark.parametrize("name,target", [("k1-reward-tok", "token-reverse"), ("k3-reward+loss-tok", "token-reverse"),
+                                         ("k1-reward+loss-tok", "token-reverse"), ("k3-reward-tok", "biased")])
+def test_token_credit_reaches_the_token_level_target_where_objective_target_says(name, target):
+    assert objective_target(kl_config(name)) == target
+    reached = close(expectation(name), token_reverse_kl_grad(THETA, REF, T))
+    assert reached == (target == "token-reverse")

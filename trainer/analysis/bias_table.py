@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from trainer.analysis import library_map
 from trainer.analysis.toy import DTYPE, all_sequences, sample, sequence_kl_grad, token_logprobs, token_reverse_kl_grad
 from trainer.analysis.toy_study import TrialBatch
 from trainer.objective.settings import AlgorithmConfig, KLConfig
@@ -66,7 +67,7 @@ class Objective:
             if kl.placement == "reward+loss" and kl.beta_reward_value != kl.beta_loss_value:
                 text += f" (beta reward {kl.beta_reward_value:.3g}, loss {kl.beta_loss_value:.3g})"
             text += "-rho" if kl.loss_form == "rho" else ""
-            text += "-rtg" if kl.credit == "reward_to_go" else ""
+            text += {"sequence": "", "reward_to_go": "-rtg", "token": "-tok"}[kl.credit]
             text += f" clamp {kl.clamp:g}" if kl.clamp is not None else ""
         clip = "" if a.clip_eps is None else f" clip {a.clip_eps:g}"
         return f"{text} | {a.advantage} G={a.group_size} {a.aggregation}{clip}"
@@ -221,7 +222,7 @@ def table(objectives, progress=None) -> tuple[int | None, list[Row]]:
     return T, rows
 
 
-HEADER = ("objective", "policy", "E[g] (a, b)", "bias^2 seq", "bias^2 token", "variance", "verdict")
+HEADER = ("objective", "policy", "E[g] (a, b)", "bias^2 seq", "bias^2 token", "variance", "verdict", "library settings")
 
 
 def cells(r: Row) -> tuple[str, ...]:
@@ -229,7 +230,13 @@ def cells(r: Row) -> tuple[str, ...]:
     policy = "on" if r.regime == "on" else "off (mu 1 update behind)"
     a, b = (round(v, 4) + 0.0 for v in r.expected)  # + 0.0: no "-0.0000" for a zero gradient
     return (r.objective.label(), policy, f"({a:+.4f}, {b:+.4f})", f"{r.bias_sq:.2e}",
-            f"{r.bias_sq_token:.2e}", f"{r.variance:.2e}", r.verdict)
+            f"{r.bias_sq_token:.2e}", f"{r.variance:.2e}", r.verdict, libraries(r.objective))
+
+
+def libraries(obj: Objective) -> str:
+    """The library settings that compute this objective's KL gradient (trainer/analysis/library_map.yaml; "~": the
+    same expected gradient, another estimate; a differing clamp shown), or "-"."""
+    return library_map.load().labels(obj.kl, obj.algo)
 
 
 def caption(T: int, rows: list[Row]) -> str:
@@ -239,4 +246,6 @@ def caption(T: int, rows: list[Row]) -> str:
             f"placement); E[g] exact through the trainer's loss, per sequence (the aggregation's constant divided "
             f"out). Sequence-level reverse-KL gradient ({seq[0]:+.4f}, {seq[1]:+.4f}); token-level beside it (its "
             f"prefixes from the sampler). Variance: one batch of {SEQUENCES} sequences, {TRIALS} batches, seed "
-            f"{SEED}. Verdicts (TOL={TOL:g}, relative): " + "; ".join(f"{k}: {v}" for k, v in VERDICTS.items()))
+            f"{SEED}. Verdicts (TOL={TOL:g}, relative): " + "; ".join(f"{k}: {v}" for k, v in VERDICTS.items())
+            + ". Library settings: those computing the same KL gradient (trainer/analysis/library_map.yaml; "
+              "\"~\" the same expected gradient by another estimate; a clamp in brackets where it differs).")

@@ -28,9 +28,10 @@ ENUMERATE_MAX_T = 16  # 2^16 sequences: exact per-configuration expectations sta
 
 
 def kl_config(name: str, beta: float = 1.0) -> KLConfig:
-    """'k3-reward+loss' -> KLConfig; suffix '-rho' = importance-ratio loss form, '-rtg' = reward-to-go credit."""
+    """'k3-reward+loss' -> KLConfig; suffix '-rho' = importance-ratio loss form, '-rtg' = reward-to-go credit,
+    '-tok' = each token's own KL as its credit."""
     parts = name.split("-")
-    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("rho", "rtg")):
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("rho", "rtg", "tok")):
         valid = ", ".join(PAPER_CONFIGS + EXTRA_CONFIGS)
         raise ValueError(f"unknown configuration {name!r}; valid: {valid}")
     suffix = parts[2] if len(parts) == 3 else ""
@@ -40,7 +41,7 @@ def kl_config(name: str, beta: float = 1.0) -> KLConfig:
             placement=parts[1],
             beta=beta,
             loss_form="rho" if suffix == "rho" else "plain",
-            credit="reward_to_go" if suffix == "rtg" else "sequence",
+            credit={"rtg": "reward_to_go", "tok": "token"}.get(suffix, "sequence"),
         )
     except ConfigError as err:
         problems = "; ".join(err.problems)

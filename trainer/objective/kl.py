@@ -89,6 +89,8 @@ def kl_reward_penalty(kl_tokens: torch.Tensor, mask: torch.Tensor, credit: str) 
 
     sequence:     P_t = sum_s sg(KL_s) for every t (equation 7: every token shares R - beta * sum_s KL_s).
     reward_to_go: P_t = sum_{s>=t} sg(KL_s)  (terms s < t are zero in expectation, F.3, and only add variance).
+    token:        P_t = sg(KL_t), the token's own KL: the future tokens' terms dropped, so the score function
+                  follows the token-level reverse KL (with k1: K2-in-the-loss's gradient, per sample).
     Input and output [B, T]; the output is detached by construction.
     """
     # sg: the reward placement's KL is a score-function weight, never differentiated (the paper's whole point).
@@ -97,6 +99,8 @@ def kl_reward_penalty(kl_tokens: torch.Tensor, mask: torch.Tensor, credit: str) 
         return _masked(kl_sg.sum(dim=-1, keepdim=True).expand_as(kl_sg), mask)
     if credit == "reward_to_go":
         return _masked(kl_sg.flip(-1).cumsum(-1).flip(-1), mask)
+    if credit == "token":
+        return kl_sg
     raise ValueError(f"unknown credit {credit!r}")
 
 
@@ -178,6 +182,8 @@ def objective_target(kl: KLConfig) -> str:
     reward+loss: score function + pathwise, plain form: the full derivative of E[sum_t k_t], the sequence-level
                  gradient when that is the KL and the two betas are equal, or whatever the betas when the
                  pathwise part is zero (k1).
+    credit token (each token's own KL): the same with the token-level reverse KL in place of the sequence's, the
+                 future tokens' terms being what it drops (k1 in the reward: K2-in-the-loss's gradient).
     """
     if kl.placement == "none":
         return "none"
@@ -188,6 +194,12 @@ def objective_target(kl: KLConfig) -> str:
         score_added = est.in_loss == "token-reverse" if est.sg_rho else est.unbiased
         return "token-reverse" if score_added else "biased"
     pathwise_zero = est.in_loss == "zero"
+    if kl.credit == "token":  # each token's own KL: the same facts, the token-level reverse KL as the goal
+        if kl.placement == "reward":
+            return "token-reverse" if est.unbiased and pathwise_zero else "biased"
+        same_beta = kl.beta_reward_value == kl.beta_loss_value
+        return "token-reverse" if kl.loss_form == "plain" and est.unbiased and (pathwise_zero or same_beta) \
+            else "biased"
     if kl.placement == "reward":
         return "sequence-reverse" if est.unbiased and pathwise_zero else "biased"
     same_beta = kl.beta_reward_value == kl.beta_loss_value
@@ -200,7 +212,7 @@ def describe_objective(kl: KLConfig) -> dict[str, str]:
     """The resolved KL objective in words, for the run manifest (no library records this; we do)."""
     reward = "none"
     if kl.uses_reward:
-        credit = "sum_t" if kl.credit == "sequence" else "sum_{s>=t}"
+        credit = {"sequence": "sum_t", "reward_to_go": "sum_{s>=t}", "token": "token t's own"}[kl.credit]
         reward = f"advantage from R - {kl.beta_reward_value:g} * {credit} sg({kl.estimator}_t) (score function)"
     loss = "none"
     if kl.uses_loss:

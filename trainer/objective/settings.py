@@ -17,7 +17,9 @@ PLACEMENTS = ("none", "reward", "loss", "reward+loss")
 LOSS_FORMS = ("plain", "rho")
 # sequence: every token gets R - beta * sum_t sg(KL_t) (equation 7, the paper's choice).
 # reward_to_go: token t gets R - beta * sum_{s>=t} sg(KL_s) (past tokens add zero in expectation, F.3).
-CREDITS = ("sequence", "reward_to_go")
+# token:        token t gets R - beta * sg(KL_t), its own KL only (Tinker's cookbook default, kl_discount_factor 0):
+#               with k1 the token-level reverse KL's gradient, K2-in-the-loss's per sample (arXiv 2510.01555).
+CREDITS = ("sequence", "reward_to_go", "token")
 ADVANTAGE_ESTIMATORS = ("rloo", "grpo", "dr_grpo", "none")
 # token_mean: divide by the total number of response tokens in the batch (the paper's choice).
 AGGREGATIONS = ("token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "seq_mean_token_sum_norm")
