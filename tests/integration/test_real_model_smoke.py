@@ -3,9 +3,9 @@ with its own BPE tokenizer and ChatML chat template, trained by both rollout eng
 build beside DeepSpeed ZeRO-3) and evaluated by both lm-eval backends in the chained jobs; `orchestrate status`
 shows both cells done with their mean@k (issue 23, item 3).
 
-Marked `long`: it is the longest test of the Slurm chain (232 s of an idle machine's 24 minutes, docs/real-model.md), so `make test`
-leaves it to `make long`; SmolLM2's seams (tokenizer, chat template, both engines, both backends) stay in `make test`
-through tests/integration/test_real_model_seams.py."""
+Marked `long`: it is the longest test of the Slurm chain (232 s of an idle machine's 24 minutes,
+docs/real-model.md), so `make test` leaves it to `make long`; SmolLM2's seams (tokenizer, chat template, both
+engines, both backends) stay in `make test` through tests/integration/test_real_model_seams.py."""
 
 from __future__ import annotations
 
