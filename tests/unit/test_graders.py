@@ -151,3 +151,17 @@ def test_a_change_of_value_changes_the_verdict(kind, value, base):
     for name in {"base": ("ours", "hendrycks"), "power": ("ours",)}.get(kind, tuple(GRADERS)):
         assert GRADERS[name](f"\\boxed{{{gold}}}", gold) == 1.0, (name, gold)
         assert GRADERS[name](f"\\boxed{{{other}}}", gold) == 0.0, (name, other, gold)
+
+
+def test_the_config_names_the_grader_and_refuses_what_cannot_run():
+    from record.errors import ConfigError
+    from trainer.config.run import DataConfig, EvalConfig
+
+    assert DataConfig().grader == EvalConfig().grader == "ours"
+    assert DataConfig(grader="hendrycks").grader == "hendrycks"
+    with pytest.raises(ConfigError, match="data.grader: 'minerva' cannot run in this environment"):
+        DataConfig(grader="minerva")
+    with pytest.raises(ConfigError, match="reasoning-gym"):
+        DataConfig(dataset="countdown", grader="math_verify")
+    with pytest.raises(ConfigError, match="eval.grader: 'hendrycks'; the evaluation grades with 'ours' only"):
+        EvalConfig(grader="hendrycks")  # refused, not ignored, until the evaluation takes it
