@@ -163,5 +163,15 @@ def test_the_config_names_the_grader_and_refuses_what_cannot_run():
         DataConfig(grader="minerva")
     with pytest.raises(ConfigError, match="reasoning-gym"):
         DataConfig(dataset="countdown", grader="math_verify")
-    with pytest.raises(ConfigError, match="eval.grader: 'hendrycks'; the evaluation grades with 'ours' only"):
-        EvalConfig(grader="hendrycks")  # refused, not ignored, until the evaluation takes it
+    assert EvalConfig(grader="hendrycks").grader == "hendrycks"
+    with pytest.raises(ConfigError, match="eval.grader: 'minerva' cannot run in this environment"):
+        EvalConfig(grader="minerva")
+
+
+def test_an_evaluation_s_settings_record_its_grader_only_where_it_is_not_ours():
+    """The done markers written before eval.grader existed still count at `ours`; another grader evaluates again."""
+    from eval.outcome import Settings
+
+    ours = Settings(4, 1.0, 1.0, 64, True, (0,), "hf")
+    assert "grader" not in ours.record()
+    assert Settings(4, 1.0, 1.0, 64, True, (0,), "hf", None, "hendrycks").record()["grader"] == "hendrycks"

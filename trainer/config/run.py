@@ -248,10 +248,6 @@ class EvalConfig:
         if self.shard_samples is not None:
             check_int(p, f"{path}.shard_samples", self.shard_samples, 1)
         grader_problems(p, f"{path}.grader", self.grader)
-        if self.grader != DEFAULT_GRADER and not p:
-            # Refused, not ignored: lm-eval's process_results and the per-sample rows still grade with `ours`.
-            p.append(f"{path}.grader: {self.grader!r}; the evaluation grades with {DEFAULT_GRADER!r} only so far "
-                     f"(docs/evaluation.md \"Graders\"); set data.grader for the training reward")
         return p
 
 
