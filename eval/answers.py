@@ -11,7 +11,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from trainer.tasks.rewards import countdown_answer, countdown_reward, last_boxed, math_reward, normalise, tiny_reward
+from trainer.tasks.rewards import (
+    countdown_answer,
+    countdown_reward,
+    grader,
+    last_boxed,
+    math_reward,
+    normalise,
+    tiny_reward,
+)
 
 LETTERS = "ABCD"
 _WRAPPED = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
@@ -92,8 +100,11 @@ EXTRACTORS: dict[str, Callable[[str, dict], str | None]] = {
 }
 
 
-def grade(family: str, completion: str, doc: dict) -> tuple[float, str | None]:
-    """(score, voted answer) of one sample of a task of `family` (math, tiny, mmlu, countdown)."""
+def grade(family: str, completion: str, doc: dict, grader_name: str = "ours") -> tuple[float, str | None]:
+    """(score, voted answer) of one sample of a task of `family` (math, tiny, mmlu, countdown); a math or tiny
+    answer scored by the grader `grader_name` (eval.grader; docs/evaluation.md "Graders"), the others by their own."""
     if family not in GRADERS:
         raise ValueError(f"unknown answer family {family!r}; valid: {', '.join(GRADERS)}")
+    if grader_name != "ours" and family in ("math", "tiny"):
+        return grader(grader_name)(completion, doc["answer"]), EXTRACTORS[family](completion, doc)
     return GRADERS[family](completion, doc), EXTRACTORS[family](completion, doc)

@@ -125,7 +125,7 @@ def _settings(ev, k, seeds, backend, max_tokens, limit, chat_template) -> Settin
         raise EvalError(str(err)) from None
     chat = ev.chat_template if chat_template is None else chat_template
     return Settings(k or ev.k, ev.temperature, ev.top_p, max_tokens or ev.max_tokens, chat,
-                    tuple(seeds if seeds is not None else ev.seeds), chosen, limit or ev.limit)
+                    tuple(seeds if seeds is not None else ev.seeds), chosen, limit or ev.limit, ev.grader)
 
 
 def _check_tasks(tasks: list[str]) -> list[str]:
@@ -204,7 +204,7 @@ def _generate(model_dir, tasks, files, settings, root, cfg, force, engine_args, 
     if settings.backend == "vllm":  # checked before any engine starts: one message, not a trace from inside vLLM
         prompt_tokens = _longest_prompt(tokenizer, tasks, files, settings.limit, settings.chat_template)
         vllm_args = _vllm_args(model_dir, cfg, settings, engine_args, prompt_tokens)
-    taskfiles.render({t: files[t] for t in tasks}, root.tasks, settings.k, gen)  # the whole tasks, kept
+    taskfiles.render({t: files[t] for t in tasks}, root.tasks, settings.k, gen, settings.grader)  # kept
     results: dict[str, dict[int, dict]] = {t: {} for t in tasks}
     hf = None
     for seed in settings.seeds:

@@ -42,10 +42,13 @@ class Settings:
     seeds: tuple[int, ...]
     backend: str
     limit: int | None = None
+    grader: str = "ours"  # eval.grader: the grader of the tasks with a math answer
 
     def record(self) -> dict:
-        """As JSON reads it back (seeds a list), for comparing with a marker."""
-        return {**asdict(self), "seeds": list(self.seeds)}
+        """As JSON reads it back (seeds a list), for comparing with a marker; the grader left out at `ours`, so the
+        markers written before it was a setting still count."""
+        kept = {**asdict(self), "seeds": list(self.seeds)}
+        return {k: v for k, v in kept.items() if not (k == "grader" and v == "ours")}
 
 
 def marker(root: EvalStep, task: str, settings: Settings, data_file: Path) -> dict | None:
@@ -66,7 +69,7 @@ def seed_result(root: EvalStep, task, seed, settings, data_file) -> dict | None:
     return saved["metrics"] if same and saved.get("data_sha256") == sha256_file(data_file) else None
 
 
-def sample_rows(task: str, out: dict, doc_offset: int = 0) -> list[dict]:
+def sample_rows(task: str, out: dict, doc_offset: int = 0, grader: str = "ours") -> list[dict]:
     """lm-eval's logged samples of `task` (simple_evaluate's `out`) as per-sample rows: the prompt, every sample, its
     grade and answer, lm-eval's per-problem numbers; doc_id shifted by `doc_offset` (a shard's first problem)."""
     family = taskfiles.family(task)
@@ -74,7 +77,7 @@ def sample_rows(task: str, out: dict, doc_offset: int = 0) -> list[dict]:
     for s in sorted(out["samples"][task], key=lambda s: s["doc_id"]):
         kept = s["filtered_resps"][0]
         samples = [kept] if isinstance(kept, str) else list(kept)  # a str: a take_first filter (caught below)
-        graded = [grade(family, text, s["doc"]) for text in samples]
+        graded = [grade(family, text, s["doc"], grader) for text in samples]
         rows.append({"doc_id": s["doc_id"] + doc_offset, "unique_id": s["doc"].get("unique_id"),
                      "target": s["target"], "prompt": s["arguments"][0][0], "samples": samples,
                      "scores": [g[0] for g in graded], "answers": [g[1] for g in graded],

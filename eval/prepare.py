@@ -40,6 +40,41 @@ def hub_fetch(dataset_id: str, config: str | None, split: str) -> list[dict]:
     return [dict(row) for row in datasets.load_dataset(dataset_id, config, split=split)]
 
 
+FILE_KINDS = {".parquet": "parquet", ".csv": "csv", ".jsonl": "json", ".json": "json"}
+
+
+def dir_fetch(root: Path) -> Fetch:
+    """A fetcher reading files a user downloaded from the hub (`--from DIR`), laid out as the hub's file listing
+    names them under DIR/<org>/<name>/ (or DIR/<org>__<name>/): the file(s) of a split are those whose name starts
+    with it (`data/train-00000-of-00001.parquet`, `test.jsonl`) or that sit in a folder of its name, under the
+    config's folder where the dataset has configs (`college_physics/test-...parquet`); a dataset of one file and no
+    split in its name (MATH^2's CSV) is its train split, as the hub serves it. Parquet, CSV or jsonl."""
+    root = Path(root)
+
+    def fetch(dataset_id: str, config: str | None, split: str) -> list[dict]:
+        org, _, name = dataset_id.partition("/")
+        base = next((d for d in (root / org / name, root / f"{org}__{name}", root / name) if d.is_dir()), None)
+        if base is None:
+            raise FileNotFoundError(f"no folder {root / org / name} (the files of {dataset_id} as the hub lists them)")
+        files = sorted(f for f in base.rglob("*") if f.is_file() and f.suffix in FILE_KINDS)
+        if config not in (None, "default"):
+            files = [f for f in files if config in f.relative_to(base).parts[:-1]]
+        chosen = [f for f in files if f.name.startswith(split) or split in f.relative_to(base).parts[:-1]]
+        if not chosen and split == "train" and len(files) == 1:
+            chosen = files
+        if not chosen:
+            listed = ", ".join(str(f.relative_to(base)) for f in files) or "no parquet, CSV or jsonl file"
+            raise FileNotFoundError(f"{dataset_id} {config or ''} {split}: no file named for the split under {base} "
+                                    f"(found: {listed})")
+        kinds = {FILE_KINDS[f.suffix] for f in chosen}
+        if len(kinds) != 1:
+            raise ValueError(f"{dataset_id} {split}: files of several kinds {sorted(kinds)}: keep one")
+        data = datasets.load_dataset(kinds.pop(), data_files=[str(f) for f in chosen], split="train")
+        return [dict(row) for row in data]
+
+    return fetch
+
+
 def hub_reachable(timeout_s: float = 5.0) -> str | None:
     """None when the hub answers, else why not (one quick request instead of datasets' long retry loop)."""
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")

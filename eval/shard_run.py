@@ -32,8 +32,8 @@ def run_shard(model, plan: TaskPlan, shard: Shard, generation: dict, settings: S
     """One shard: its lm-eval call, then its files; the seconds it took."""
     began = time.monotonic()
     out = _one_call(model, plan.task, plan.seed, plan.rows, shard, plan.root, generation, settings, plan.seeded)
-    shard_plan.save(plan.root, plan.task, plan.seed, shard, outcome.sample_rows(plan.task, out, shard.lo),
-                    plan.provenance, time.monotonic() - began)
+    rows = outcome.sample_rows(plan.task, out, shard.lo, settings.grader)
+    shard_plan.save(plan.root, plan.task, plan.seed, shard, rows, plan.provenance, time.monotonic() - began)
     return time.monotonic() - began
 
 
@@ -94,7 +94,7 @@ def _one_call(model, task, seed, rows, shard, root, generation, settings, seeded
     """lm-eval over the shard's problems with its repeats, from the shard's own data file and task file."""
     data = write_jsonl(rows[shard.lo:shard.hi], root.shard_call(task, seed, shard.name) / taskfiles.data_file(task))
     rendered = taskfiles.render({task: data}, root.shard_tasks(task, seed, shard.name), shard.r1 - shard.r0,
-                                generation)
+                                generation, settings.grader)
     manager = TaskManager(include_path=str(rendered), include_defaults=False)
     with backends.seeded_samples(model, seed, shard.r0) if seeded else nullcontext():
         return lm_eval.simple_evaluate(

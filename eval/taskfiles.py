@@ -20,6 +20,7 @@ import yaml
 
 TASK_DIR = Path(__file__).resolve().parent / "tasks"
 TEMPLATE = "_default_template_yaml"
+MATH_ANSWERS = ("math", "tiny")  # the families eval.grader grades (eval/answers.py); MMLU and Countdown keep theirs
 
 
 class FunctionRef(str):
@@ -69,25 +70,29 @@ def family(name: str, task_dir: Path = TASK_DIR) -> str:
     return str(load_task(name, task_dir)["metadata"]["family"])
 
 
-def render_task(name: str, data_path: Path, k: int, generation_kwargs: dict, task_dir: Path = TASK_DIR) -> dict:
-    """The rendered config of one task (pure: no file is written)."""
+def render_task(name: str, data_path: Path, k: int, generation_kwargs: dict, grader: str = "ours",
+                task_dir: Path = TASK_DIR) -> dict:
+    """The rendered config of one task (pure: no file is written); with a grader other than `ours`, a task with a
+    math answer scores through utils.py's `process_<family>_<grader>` (eval.grader)."""
     if k < 1:
         raise ValueError(f"k={k}: mean@k needs at least one sample per problem")
     cfg = load_task(name, task_dir)
     cfg["dataset_kwargs"] = {**cfg.get("dataset_kwargs", {}), "data_files": {"test": str(Path(data_path).resolve())}}
     cfg["repeats"] = k
     cfg["generation_kwargs"] = dict(generation_kwargs)
+    if grader != "ours" and cfg["metadata"]["family"] in MATH_ANSWERS:
+        cfg["process_results"] = FunctionRef(f"{cfg['process_results']}_{grader}")
     return cfg
 
 
-def render(tasks: dict[str, Path], out_dir: Path, k: int, generation_kwargs: dict,
+def render(tasks: dict[str, Path], out_dir: Path, k: int, generation_kwargs: dict, grader: str = "ours",
            task_dir: Path = TASK_DIR) -> Path:
     """Write `<out_dir>/<task>.yaml` for each task (task -> its data file) and utils.py; return `out_dir`."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(task_dir / "utils.py", out_dir / "utils.py")
     for name, data_path in tasks.items():
-        cfg = render_task(name, data_path, k, generation_kwargs, task_dir)
+        cfg = render_task(name, data_path, k, generation_kwargs, grader, task_dir)
         header = f"# Rendered by eval/taskfiles.py from eval/tasks/{name}.yaml; edit the template, not this file.\n"
         text = yaml.dump(cfg, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
         (out_dir / f"{name}.yaml").write_text(header + text)

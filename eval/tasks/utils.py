@@ -35,11 +35,11 @@ def doc_to_text_tiny(doc: dict) -> str:
     return doc["problem"] + PROMPT_SUFFIX["tiny"]
 
 
-def _process(family: str, doc: dict, results: list) -> dict[str, float]:
+def _process(family: str, doc: dict, results: list, grader: str = "ours") -> dict[str, float]:
     samples = results[0]
     if isinstance(samples, str):  # a take_first filter slipped in: one sample would pass for k
         raise TypeError("process_results got one string, not the list of k samples; use the keep_all filter")
-    graded = [grade(family, sample, doc) for sample in samples]
+    graded = [grade(family, sample, doc, grader) for sample in samples]
     return problem_metrics([score for score, _ in graded], [answer for _, answer in graded])
 
 
@@ -57,3 +57,20 @@ def process_countdown(doc: dict, results: list) -> dict[str, float]:
 
 def process_tiny(doc: dict, results: list) -> dict[str, float]:
     return _process("tiny", doc, results)
+
+
+# eval.grader other than ours: eval/taskfiles.py renders `process_results` as `<the task's>_<grader>`.
+def process_math_hendrycks(doc: dict, results: list) -> dict[str, float]:
+    return _process("math", doc, results, "hendrycks")
+
+
+def process_math_math_verify(doc: dict, results: list) -> dict[str, float]:
+    return _process("math", doc, results, "math_verify")
+
+
+def process_tiny_hendrycks(doc: dict, results: list) -> dict[str, float]:
+    return _process("tiny", doc, results, "hendrycks")
+
+
+def process_tiny_math_verify(doc: dict, results: list) -> dict[str, float]:
+    return _process("tiny", doc, results, "math_verify")

@@ -12,6 +12,9 @@ from trainer.tasks.data import DATA_DIR_RULE, data_dir
 
 EXAMPLES = f"""examples:
   orchestrate data prepare --out /shared/comedy-data     on a login node (the Hugging Face hub reachable)
+  orchestrate data prepare --from ~/hub-files --out /shared/comedy-data
+                                                         no hub here: the files downloaded elsewhere, laid out as
+                                                         the hub lists them (DIR/cais/mmlu/college_physics/...)
   orchestrate data check /shared/comedy-data             anywhere: counts and checksums against MANIFEST.json
 
 Writes MATH train/test (7500/5000), MATH500 (500), MATH^2 (210), MMLU college physics/chemistry/biology
@@ -32,6 +35,9 @@ def register(sub) -> None:
     prep = actions.add_parser("prepare", help="fetch/generate every dataset into --out", epilog=EXAMPLES,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     prep.add_argument("--out", type=Path, help=f"data directory (default: {DATA_DIR_RULE})")
+    prep.add_argument("--from", dest="from_dir", type=Path, metavar="DIR",
+                      help="read the hub's files from DIR (DIR/<org>/<name>/..., parquet, CSV or jsonl as the hub "
+                           "lists them) instead of the hub; the same checks and MANIFEST.json")
     prep.add_argument("--countdown-train", type=int, default=10_000, help="Countdown training problems (10000)")
     prep.add_argument("--countdown-heldout", type=int, default=500, help="held-out Countdown problems (500)")
     prep.set_defaults(func=prepare)
@@ -44,7 +50,7 @@ def register(sub) -> None:
 
 
 def prepare(args) -> int:
-    from eval.prepare import PrepareError  # noqa: PLC0415 (datasets: only when preparing)
+    from eval.prepare import PrepareError, dir_fetch  # noqa: PLC0415 (datasets: only when preparing)
     from eval.prepare import prepare as prepare_data  # noqa: PLC0415
 
     out, console_ = args.out or data_dir(), console()
@@ -52,7 +58,9 @@ def prepare(args) -> int:
         raise UserError("--countdown-train and --countdown-heldout must be >= 1")
     console_.print(f"preparing {out}")
     try:
-        result = prepare_data(out, countdown_sizes=(args.countdown_train, args.countdown_heldout), log=console_.print)
+        fetch = dir_fetch(args.from_dir) if args.from_dir else None
+        result = prepare_data(out, fetch=fetch, countdown_sizes=(args.countdown_train, args.countdown_heldout),
+                              log=console_.print)
     except PrepareError as err:
         raise UserError(str(err)) from None
     except OSError as err:

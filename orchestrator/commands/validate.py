@@ -22,6 +22,7 @@ EXAMPLES = """examples:
 
 Overrides use Hydra's syntax: key=value sets a value on every cell, group=option picks a config group
 (model=tiny), key=a,b (or range(), choice()) sweeps it; a key the sweep already varies is replaced.
+The graders the cells use are printed (the training reward's, data.grader, and the evaluation's, eval.grader).
 Each model's memory plan (trainer/analysis/memory_plan.py) is printed: the training job's peak per GPU, the evaluation
 job's host and GPU memory; a plan over the profile's gpu_mem_gb or eval mem_gb is refused with the knob to turn.
 Then each distinct objective of the sweep (KL settings, algorithm, on/off-policy) on the toy model of section 3.3,
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
     out.print(f"{sweep.source}: valid")
     for line in summary_lines(sweep, make_plan(sweep)):
         out.print(f"  {line}", soft_wrap=True)
+    for line in grader_lines(sweep):
+        out.print(f"  {line}", soft_wrap=True)
     lines, problems = plan_report(sweep)
     problems += [p for p in [owner_problem(sweep)] if p]
     for line in lines:
@@ -61,6 +64,16 @@ def run(args: argparse.Namespace) -> int:
     for problem in problems:
         out.print(f"[red]{problem}[/red]", soft_wrap=True)
     return 2 if problems else 0
+
+
+def grader_lines(sweep) -> list[str]:
+    """The graders the sweep's cells use (docs/evaluation.md "Graders"): the training reward's (`data.grader`;
+    Countdown's is reasoning-gym's scorer) and the evaluation's (`eval.grader`), each with its number of cells."""
+    reward = Counter("reasoning-gym's countdown scorer" if c.config.data.dataset == "countdown"
+                     else c.config.data.grader for c in sweep.cells)
+    graded = Counter(c.config.eval.grader for c in sweep.cells)
+    return [f"{what}: " + ", ".join(f"{name} ({n} cells)" for name, n in sorted(counts.items()))
+            for what, counts in (("reward grader (data.grader)", reward), ("eval grader (eval.grader)", graded))]
 
 
 def print_bias_table(out, sweep) -> None:

@@ -32,6 +32,7 @@ FIELDS: dict[str, str] = {
     # training curve (val/pass_at_1) that status, the report and the collapse detector read.
     "data.val_every": COMPUTES,
     "data.val_size": COMPUTES,
+    "data.grader": COMPUTES,  # the training reward's grader: another grader rewards other rollouts
     "rollout.engine": COMPUTES,  # another sampler draws other rollouts
     "rollout.temperature": COMPUTES,
     "rollout.top_p": COMPUTES,
@@ -62,6 +63,7 @@ FIELDS: dict[str, str] = {
     "eval.seeds": EVALUATES,
     "eval.backend": EVALUATES,
     "eval.limit": EVALUATES,  # the first N problems of each task (issue 23's smoke runs)
+    "eval.grader": EVALUATES,  # the grader of the tasks with a math answer
     # How an evaluation is cut into lm-eval calls: set, each HF sample is seeded on its own (the same samples whatever
     # the shards); unset, or on vLLM, another cut draws other samples of the same distribution, equally valid.
     "eval.shard_samples": MACHINERY,
@@ -95,6 +97,15 @@ FIELDS: dict[str, str] = {
     # Judgement: the detector's thresholds and on_collapse decide whether a run stops early (on_collapse: stop),
     # which changes what is trained; one mapping, classified whole.
     "collapse": COMPUTES,
+}
+
+
+# Fields added after cells were keyed, each with the value every earlier config had: left out of its identity while
+# it holds that value, so those cells keep their keys (a config.yaml without the field, and one with it at this
+# value, are one cell); any other value enters the identity as every field does.
+OMITTED_AT: dict[str, object] = {
+    "data.grader": "ours",
+    "eval.grader": "ours",
 }
 
 

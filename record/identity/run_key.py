@@ -4,7 +4,8 @@ evaluation's (a cell's readable name is not an identity: record/display.py).
 The same key names the run dir, the Slurm job and the MLflow run, which is what makes a relaunch idempotent:
 the same sweep gives the same keys on any machine, in any process, in any dict order; any change to what the
 run computes gives a new key, and nothing else does (record/identity/fields.py classifies every field: what evaluates
-enters `eval_id`, machinery enters neither). No timestamps, no paths, nothing random.
+enters `eval_id`, machinery enters neither; a field added later is left out at the value earlier configs had,
+`OMITTED_AT`, so their keys stay). No timestamps, no paths, nothing random.
 
 One path: `identity_json` alone says what is hashed, for a RunConfig and for a mapping (a legacy config.yaml read by
 orchestrator/launch/adopt.py) alike, and both identities are a hash of it. Its one cache holds its own rendering of
@@ -93,7 +94,9 @@ def _section_json(name: str, value, kind: str) -> str | None:
 
 
 def _kept(name: str, values: Mapping, kind: str) -> dict:
-    kept = {k: v for k, v in values.items() if fields_table.FIELDS.get(f"{name}.{k}") == kind}
+    omitted = fields_table.OMITTED_AT
+    kept = {k: v for k, v in values.items() if fields_table.FIELDS.get(f"{name}.{k}") == kind
+            and not (f"{name}.{k}" in omitted and omitted[f"{name}.{k}"] == v)}
     if kind == fields_table.COMPUTES and name == "model" and "name_or_path" in values:
         kept[WEIGHTS] = model_identity(str(values["name_or_path"]))
     return kept

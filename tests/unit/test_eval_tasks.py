@@ -202,3 +202,24 @@ def test_a_take_first_filter_is_refused_not_silently_scored(prepared, tmp_path):
     with pytest.raises(TypeError, match="keep_all"):
         utils.process_tiny(doc, ["\\boxed{1}"])
     assert utils.process_tiny(doc, [["\\boxed{1}"] * K])["n_samples"] == K
+
+
+def test_eval_grader_renders_each_math_task_s_scorer_and_leaves_the_others(prepared, tmp_path):
+    """eval.grader reaches lm-eval's process_results: a task with a math answer scores through
+    `process_<family>_<grader>` (a function of utils.py), MMLU and Countdown keep theirs; `ours` renders as before."""
+    files = {t: prepared / taskfiles.data_file(t) for t in ("math500", "tiny", "mmlu_college_physics", "countdown")}
+    plain = {t: taskfiles.render_task(t, f, K, GEN) for t, f in files.items()}
+    for name in ("hendrycks", "math_verify"):
+        out = taskfiles.render(files, tmp_path / name, K, GEN, name)
+        utils = _utils_module(out)
+        for task in files:
+            cfg = taskfiles.render_task(task, files[task], K, GEN, name)
+            if taskfiles.family(task) in taskfiles.MATH_ANSWERS:
+                assert cfg["process_results"] == f"{plain[task]['process_results']}_{name}"
+                assert callable(getattr(utils, cfg["process_results"].split(".")[1]))
+            else:
+                assert cfg == plain[task], task
+    utils = _utils_module(taskfiles.render(files, tmp_path / "ours", K, GEN))
+    doc = {"answer": "\\text{Evelyn}", "problem": "Who?"}
+    assert utils.process_math(doc, [["\\boxed{Evelyn}"] * K])["acc"] == 1.0
+    assert utils.process_math_hendrycks(doc, [["\\boxed{Evelyn}"] * K])["acc"] == 0.0  # the gold's format only

@@ -120,3 +120,20 @@ def test_int_and_float_spellings_of_a_value_give_one_key():
     one = RunConfig.from_dict({"model": {"name_or_path": "m"}, "kl": {"placement": "reward", "beta": 1}})
     other = RunConfig.from_dict({"model": {"name_or_path": "m"}, "kl": {"placement": "reward", "beta": 1.0}})
     assert run_key(one) == run_key(other)
+
+
+def test_a_grader_changes_its_identity_and_the_default_keeps_the_old_keys():
+    """data.grader and eval.grader came after cells were keyed: at `ours` (the grading every earlier config had)
+    they are left out, so the shipped sweeps keep their keys; another grader is another cell / evaluation."""
+    for cell in load_sweep(REPO / "sweeps" / "smoke.yaml").cells:
+        base = cell.config.to_dict()
+        without = {**base, "data": {k: v for k, v in base["data"].items() if k != "grader"},
+                   "eval": {k: v for k, v in base["eval"].items() if k != "grader"}}
+        assert base["data"]["grader"] == base["eval"]["grader"] == "ours"
+        assert run_key(without) == run_key(base) == cell.run_key and eval_id(without) == eval_id(base)
+        for name in ("hendrycks", "math_verify"):
+            trained = edit(base, "data.grader", name)
+            assert run_key(trained) != cell.run_key and eval_id(trained) == eval_id(base)
+            evaluated = edit(base, "eval.grader", name)
+            assert run_key(evaluated) == cell.run_key and eval_id(evaluated) != eval_id(base)
+            assert run_key(RunConfig.from_dict(trained)) == run_key(trained)

@@ -152,3 +152,25 @@ def test_reward_fn_dispatch():
     assert reward_fn("countdown")("<answer>6*(98-54)-34-66</answer>", COUNTDOWN_ENTRY) == 1.0
     with pytest.raises(ValueError, match="valid: math, tiny, countdown"):
         reward_fn("gsm8k")
+
+
+# Issue 55's three defects, each a real answer to a MATH500 problem: (completion, gold, right).
+DEFECTS = [
+    # The unit rule stripped the prediction's text and not the gold's.
+    ("\\boxed{4:30 \\text{ p.m.}}", "\\text{4:30 p.m.}", 1.0),
+    ("\\boxed{\\frac{270}7\\text{ degrees}.}", "\\frac{270}7\\text{ degrees}", 1.0),
+    ("\\boxed{4:30 \\text{ a.m.}}", "\\text{4:30 p.m.}", 0.0),  # the fix must not drop the words that matter
+    # Math-Verify drops a base subscript.
+    ("\\boxed{52_9}", "52_8", 0.0),
+    ("\\boxed{52_8}", "52_8", 1.0),
+    ("\\boxed{52_{8}}", "52_8", 1.0),
+    # ... and a unit's power.
+    ("\\boxed{864 \\mbox{ inches}^3}", "864 \\mbox{ inches}^2", 0.0),
+    ("\\boxed{864 \\mbox{ inches}^2}", "864 \\mbox{ inches}^2", 1.0),
+    ("\\boxed{864}", "864 \\mbox{ inches}^2", 1.0),  # a unit left out is not a wrong unit
+]
+
+
+@pytest.mark.parametrize("completion, gold, expected", DEFECTS)
+def test_issue_55_defects(completion, gold, expected):
+    assert math_reward(completion, gold) == expected

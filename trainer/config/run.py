@@ -22,6 +22,8 @@ from record.checks import (
 )
 from record.errors import ConfigError, raise_if
 from record.plain import build, is_jsonable, items_of, schema_of, to_plain
+from trainer.config.graders import DEFAULT as DEFAULT_GRADER
+from trainer.config.graders import grader_problems
 from trainer.config.memory import MemoryConfig
 from trainer.objective.settings import AlgorithmConfig, KLConfig
 
@@ -79,6 +81,9 @@ class DataConfig:
     val_split: str = "test"  # MATH test (5000 problems): the paper's Pass@1 progress metric
     val_every: int = 25
     val_size: int | None = None  # null: the whole split
+    # The training reward's grader (trainer/config/graders.py; docs/evaluation.md "Graders"); Countdown's is
+    # reasoning-gym's own, so it takes the default only.
+    grader: str = DEFAULT_GRADER
 
     def __post_init__(self) -> None:
         raise_if(self.problems("data"), "data")
@@ -91,6 +96,10 @@ class DataConfig:
         check_str(p, f"{path}.val_split", self.val_split)
         check_int(p, f"{path}.val_every", self.val_every, 0)
         check_int(p, f"{path}.val_size", self.val_size, 1, optional=True)
+        grader_problems(p, f"{path}.grader", self.grader)
+        if self.dataset == "countdown" and self.grader != DEFAULT_GRADER:
+            p.append(f"{path}.grader: {self.grader!r} with dataset countdown, which reasoning-gym's scorer grades; "
+                     f"set it to {DEFAULT_GRADER!r}")
         return p
 
 
@@ -208,6 +217,9 @@ class EvalConfig:
     # ends, so a job cut by its time limit resumes at its first unfinished shard (eval/shard_plan.py). null: one call a
     # task.
     shard_samples: int | None = None
+    # The grader of every task with a math answer (MATH500, MATH^2, MATH test, the tiny task); MMLU's letter and
+    # Countdown's scorer are their own (docs/evaluation.md "Graders").
+    grader: str = DEFAULT_GRADER
 
     def __post_init__(self) -> None:
         raise_if(self.problems("eval"), "eval")
@@ -235,6 +247,7 @@ class EvalConfig:
             check_int(p, f"{path}.limit", self.limit, 1)
         if self.shard_samples is not None:
             check_int(p, f"{path}.shard_samples", self.shard_samples, 1)
+        grader_problems(p, f"{path}.grader", self.grader)
         return p
 
 

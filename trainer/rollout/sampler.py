@@ -85,7 +85,7 @@ class BatchSampler:
         self.cfg, self.tokenizer, self.rollout, self.examples = cfg, tokenizer, rollout, examples
         self.dist, self.local_groups, self.micro = dist, local_groups, micro
         self.order = PromptOrder(len(examples), cfg.seed)
-        self.grade = reward_fn(cfg.data.dataset)
+        self.grade = reward_fn(cfg.data.dataset, cfg.data.grader)
         r = cfg.rollout
         # Stop where the evaluation stops (trainer/rollout/stop_tokens.py): the chat template's end of turn too.
         self.sampling = Sampling(r.temperature, r.top_p, r.top_k or 0, r.max_response_tokens,
