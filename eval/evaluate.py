@@ -33,8 +33,9 @@ from transformers import AutoTokenizer
 from eval import backends, local_data, outcome, shard_plan, shard_run, taskfiles, workers
 from eval.outcome import Settings
 from eval.target import EvalError, Target, resolve
+from record.files import atomic_write
 from record.identity.run_key import canonical_json
-from record.rundir import RunDir, atomic_write
+from record.rundir import RunDir
 from trainer.config.run import EvalConfig, RunConfig
 from trainer.model.build import model_path
 from trainer.rollout import vllm_support

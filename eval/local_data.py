@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from record.rundir import atomic_write, sha256_file
+from record.files import atomic_write, sha256_file
 from trainer.tasks import tiny as tiny_task
 from trainer.tasks.common import read_jsonl, write_jsonl
 

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from eval import taskfiles
 from eval.answers import grade
+from record.files import atomic_write, sha256_file
 from record.metric_keys import eval_metric_keys
-from record.rundir import EvalStep, RunDir, atomic_write, sha256_file, tag_for
+from record.rundir import EvalStep, RunDir, tag_for
 from record.tracking.key_rules import CLOSE_STATUSES
 from record.tracking.tracker import MlflowTracker, default_tracking_uri
 

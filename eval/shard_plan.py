@@ -31,7 +31,8 @@ from pathlib import Path
 
 from eval.mean_at_k import problem_metrics
 from eval.outcome import Settings
-from record.rundir import EvalStep, RunDir, atomic_write, sha256_file
+from record.files import atomic_write, sha256_file
+from record.rundir import EvalStep, RunDir
 from trainer.tasks.common import read_jsonl
 
 METRICS = ("acc", "pass_at_1", "pass_at_n", "maj_at_n", "n_samples")

@@ -24,7 +24,8 @@ from lm_eval.tasks import TaskManager
 from eval import backends, outcome, shard_plan, taskfiles
 from eval.outcome import Settings
 from eval.shard_plan import Shard, TaskPlan, plan_task
-from record.rundir import EvalStep, atomic_write
+from record.files import atomic_write
+from record.rundir import EvalStep
 from trainer.tasks.common import write_jsonl
 
 

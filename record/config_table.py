@@ -1,6 +1,7 @@
 """One array's run configs in one file (issue 25): what a cell's `config.yaml` holds, for every cell of an array,
-written by the orchestrator at submission instead of a file (and an fsync) per cell. Pure: packing, unpacking and
-the mapping a reader asks for; `record/rundir.py` reads and writes the files.
+written by the orchestrator at submission instead of a file (and an fsync) per cell. Packing, unpacking (pure) and
+the mapping a reader asks for; and the files themselves, written whole and read once per change
+(`write_config_table`, `read_config_tables`).
 
 The cells of one array differ in a few leaves (seed, beta, an estimator), so the file holds the first cell's
 config whole (`base`) and, for each run_key, only the leaves whose value differs (`set`: [path, value], a path
@@ -12,9 +13,15 @@ config exactly, keys in their order: config.yaml's text is what the orchestrator
 from __future__ import annotations
 
 import copy
+import json
+import os
 from collections.abc import Mapping
+from pathlib import Path
+
+from record.files import atomic_write, read_json
 
 VERSION = 1
+CONFIG_TABLES = "configs"  # <sweep_dir>/configs/<array>.json
 
 
 def _leaves(data: Mapping, prefix: tuple = (), out: dict | None = None) -> dict[tuple, object]:
@@ -84,3 +91,45 @@ def _copied(value):
     if kind is list:
         return [_copied(v) for v in value]
     return copy.deepcopy(value) if kind not in _SCALARS else value
+
+
+def config_tables_dir(sweep_dir: str | os.PathLike) -> Path:
+    return Path(sweep_dir) / CONFIG_TABLES
+
+
+def write_config_table(sweep_dir: str | os.PathLike, array: str, configs: dict[str, dict],
+                       packed: dict | None = None) -> Path:
+    """One array's run configs (run_key -> config) in one file, whole or not at all: one write and one fsync.
+    `packed`: `pack(configs)`, where the caller has it already."""
+    path = config_tables_dir(sweep_dir) / f"{array}.json"
+    table = packed if packed is not None else pack(configs)
+    atomic_write(path, json.dumps(table, separators=(",", ":")))
+    return path
+
+
+
+# path -> (its stat when read, the table): a reader asking for 10,000 cells parses each array's file once
+_TABLES: dict[Path, tuple[tuple, dict]] = {}
+
+
+def read_config_tables(sweep_dir: str | os.PathLike) -> dict[str, dict]:
+    """Every array file of the sweep, by array name (sorted: where two hold a cell, the first is read)."""
+    out = {}
+    try:
+        paths = sorted(config_tables_dir(sweep_dir).glob("*.json"))
+    except OSError:
+        return out
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)  # a rewrite is a rename: a new inode
+        cached = _TABLES.get(path)
+        if cached is None or cached[0] != seen:
+            table = read_json(path)
+            if table is None:
+                continue
+            _TABLES[path] = cached = (seen, table)
+        out[path.stem] = cached[1]
+    return out

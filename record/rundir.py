@@ -1,4 +1,4 @@
-"""The run directory: `RunDir` names every path under it, and `atomic_write` writes each file whole or not at all.
+"""The run directory: `RunDir` names every path under it, (record/files.py writes each file whole or not at all).
 
     <sweep_dir>/<run_key>/                  one cell (the run_key is the directory's name)
         config.yaml                         the resolved run config: the only input of its jobs; written by the
@@ -54,109 +54,21 @@ directory lives outside this module (docs/architecture.md).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from record import config_table
+from record.config_table import config_tables_dir, read_config_tables
+from record.files import SAFE_LOADER, atomic_write, config_text, read_json
 
 _STEP_DIR = re.compile(r"step_(\d+)")
 EXPORT_MARKER = "export.json"  # in an exported model directory, written last
-CONFIG_TABLES = "configs"  # <sweep_dir>/configs/<array>.json
 # The evaluation's files of a run directory written before they moved under eval/ (issue 53): still read
 LEGACY = {"eval_result": "eval_result.json", "eval_progress": "eval_progress.json", "evaluations": "evals"}
-# libyaml's dumper when PyYAML has it: 4x faster, and byte-identical on every cell of sweeps/ (measured), so a
-# config.yaml is the same text whichever one wrote it.
-_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
-def atomic_write(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to a temp file beside `path`, fsync it, then rename it over `path` (atomic on POSIX and, for
-    a single writer, on NFS). The temp file never outlives a failure."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """The file's sha256 (hex), read a MiB at a time: what names a dataset's or a model file's content."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def read_json(path: Path) -> dict | None:
-    """A JSON file's object, or None when it is missing or torn (a reader never fails on a writer's file)."""
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def config_text(data: dict) -> str:
-    """A run config as config.yaml holds it (the orchestrator and a starting job write the same text)."""
-    return yaml.dump(data, Dumper=_DUMPER, sort_keys=False)
-
-
-def config_tables_dir(sweep_dir: str | os.PathLike) -> Path:
-    return Path(sweep_dir) / CONFIG_TABLES
-
-
-def write_config_table(sweep_dir: str | os.PathLike, array: str, configs: dict[str, dict],
-                       packed: dict | None = None) -> Path:
-    """One array's run configs (run_key -> config) in one file, whole or not at all: one write and one fsync.
-    `packed`: `config_table.pack(configs)`, where the caller has it already."""
-    path = config_tables_dir(sweep_dir) / f"{array}.json"
-    table = packed if packed is not None else config_table.pack(configs)
-    atomic_write(path, json.dumps(table, separators=(",", ":")))
-    return path
-
-
-# yaml.safe_load's loader, with libyaml's C parser where PyYAML was built with it (same constructor, same values)
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-# path -> (its stat when read, the table): a reader asking for 10,000 cells parses each array's file once
-_TABLES: dict[Path, tuple[tuple, dict]] = {}
-
-
-def read_config_tables(sweep_dir: str | os.PathLike) -> dict[str, dict]:
-    """Every array file of the sweep, by array name (sorted: where two hold a cell, the first is read)."""
-    out = {}
-    try:
-        paths = sorted(config_tables_dir(sweep_dir).glob("*.json"))
-    except OSError:
-        return out
-    for path in paths:
-        try:
-            stat = path.stat()
-        except OSError:
-            continue
-        seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)  # a rewrite is a rename: a new inode
-        cached = _TABLES.get(path)
-        if cached is None or cached[0] != seen:
-            table = read_json(path)
-            if table is None:
-                continue
-            _TABLES[path] = cached = (seen, table)
-        out[path.stem] = cached[1]
-    return out
 
 
 def tag_for(step: int) -> str:

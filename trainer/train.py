@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from record.files import atomic_write
 from record.metric_keys import (
     ASYNC_LAG,
     PERF_STEP_TIME_S,
@@ -38,7 +39,7 @@ from record.metric_keys import (
     VAL_PASS_AT_1,
     step_key,
 )
-from record.rundir import RunDir, atomic_write
+from record.rundir import RunDir
 from record.tracking.key_rules import flatten_params
 from record.tracking.null import NullTracker
 from record.tracking.run_names import (

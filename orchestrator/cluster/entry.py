@@ -26,7 +26,8 @@ from eval.signals import install_for_evaluation
 from orchestrator.cluster.environment import record_job_environment
 from orchestrator.cluster.query import SlurmError
 from record.errors import ConfigError, UserError
-from record.rundir import RunDir, atomic_write
+from record.files import atomic_write
+from record.rundir import RunDir
 from trainer.run.preempt import install
 from trainer.run.progress import quiet_third_party
 

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from record.rundir import atomic_write
+from record.files import atomic_write
 
 SECRET = re.compile(r"PASSWORD|TOKEN|SECRET|CREDENTIAL|(^|_)KEY($|_)|AUTH", re.IGNORECASE)
 # Set per job or per process by Slurm, submitit, torch.distributed, the shell or the job's own prologue's inputs:

@@ -17,7 +17,7 @@ from orchestrator.cluster.entry import EVAL_ENTRY, TRAIN_ENTRY
 from orchestrator.cluster.environment import launch_environment
 from orchestrator.cluster.site import SiteSetup, prologue
 from record.errors import UserError
-from record.rundir import atomic_write
+from record.files import atomic_write
 
 
 @dataclass(frozen=True)

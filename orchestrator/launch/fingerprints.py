@@ -19,7 +19,8 @@ from pathlib import Path
 
 from orchestrator.launch.ledger import latest
 from orchestrator.sweep.expand import Sweep
-from record.rundir import RunDir, read_json
+from record.files import read_json
+from record.rundir import RunDir
 from record.tracking.sweep import retire_run
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import yaml
 
 from record.errors import ConfigError, UserError
+from record.files import atomic_write
 from record.identity.run_key import run_key
-from record.rundir import RunDir, atomic_write
+from record.rundir import RunDir
 from trainer.config.run import RunConfig
 
 

@@ -49,7 +49,7 @@ from orchestrator.cluster.query import JobRow
 from orchestrator.launch.writer_lock import SweepBusy as SweepBusy  # re-exported: the watcher catches it
 from orchestrator.launch.writer_lock import writer_lock
 from record.errors import UserError
-from record.rundir import atomic_write
+from record.files import atomic_write
 
 VERSION = 1
 # Records written since run_key hashes only what training computes (record/identity/fields.py) say so; older ones are

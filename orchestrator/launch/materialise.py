@@ -27,10 +27,11 @@ from orchestrator.launch.baseline_jobs import sweep_baselines_dir
 from orchestrator.launch.plan import Plan
 from orchestrator.sweep.baselines import identity
 from orchestrator.sweep.expand import Sweep
-from record.config_table import pack, unpack
+from record.config_table import config_tables_dir, pack, read_config_tables, unpack, write_config_table
 from record.errors import ConfigError, UserError
+from record.files import atomic_write, config_text
 from record.identity.run_key import run_key
-from record.rundir import RunDir, atomic_write, config_tables_dir, config_text, read_config_tables, write_config_table
+from record.rundir import RunDir
 from record.tracking.run_names import sweep_params
 from trainer.config.run import RunConfig
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from record.errors import UserError
-from record.rundir import atomic_write
+from record.files import atomic_write
 
 
 class SweepBusy(UserError):

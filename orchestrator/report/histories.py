@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.report.paper import CURVES
-from record.rundir import RunDir, read_json
+from record.files import read_json
+from record.rundir import RunDir
 from record.tracking.sweep import metric_histories
 from record.tracking.tracker import read_run_file
 from record.tracking.ui import shown_uri

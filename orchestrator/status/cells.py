@@ -14,7 +14,8 @@ from orchestrator.cluster.query import SlurmError, available, sacct
 from orchestrator.launch.ledger import Ledger, apply_slurm_states
 from orchestrator.status import outcomes
 from record.errors import UserError
-from record.rundir import RunDir, read_json
+from record.files import read_json
+from record.rundir import RunDir
 from record.tracking.buffer import OfflineBuffer
 
 

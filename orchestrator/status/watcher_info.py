@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from orchestrator.cluster.query import JobRow
-from record.rundir import atomic_write, read_json
+from record.files import atomic_write, read_json
 
 FILE = "watcher.json"
 # sacct may lag a fresh submission (slurmdbd); a job id it does not know yet is taken as live for this long.

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from orchestrator.cluster.paths import hub_snapshot
 from record.errors import UserError
-from record.rundir import atomic_write
+from record.files import atomic_write
 from trainer.config.run import TINY_MODEL
 from trainer.model.cache_lock import comedy_cache
 from trainer.model.source import local_dir

@@ -42,7 +42,7 @@ from orchestrator.tracking.postgres import (
     tail,
 )
 from record.errors import UserError
-from record.rundir import atomic_write
+from record.files import atomic_write
 
 STATE_FILE = "tracking.json"
 SQLITE_FILE = "mlflow.db"

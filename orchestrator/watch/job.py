@@ -22,7 +22,7 @@ from orchestrator.status import watcher_info as ws
 from orchestrator.tracking.sweep import close_parent
 from orchestrator.watch.watcher import Watcher
 from record.errors import UserError
-from record.rundir import read_json
+from record.files import read_json
 
 DEFAULT_POLL_S = 60.0
 DEFAULT_TIME_MIN = 120

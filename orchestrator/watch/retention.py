@@ -15,7 +15,8 @@ import shutil
 from pathlib import Path
 
 from orchestrator.cluster.profile import RETENTION
-from record.rundir import RunDir, read_json
+from record.files import read_json
+from record.rundir import RunDir
 
 KEEP_ALL, FINAL_EXPORT = RETENTION  # every checkpoint (the default: local and CI profiles); only the final export
 

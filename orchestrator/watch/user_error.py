@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from orchestrator.cluster.entry import USER_ERROR_EXIT, USER_ERROR_FIX
 from orchestrator.launch.ledger import KINDS, latest
-from record.rundir import RunDir, read_json
+from record.files import read_json
+from record.rundir import RunDir
 
 
 def is_user_error(job: dict) -> bool:

@@ -46,7 +46,8 @@ from orchestrator.launch.reconcile import observe
 from orchestrator.status.outcomes import objective_fields
 from orchestrator.watch.retention import FINAL_EXPORT, keep_final_export
 from orchestrator.watch.user_error import error_of, is_user_error, user_error_of
-from record.rundir import RunDir, read_json
+from record.files import read_json
+from record.rundir import RunDir
 from trainer.run.collapse import read_verdict
 
 RETRYABLE = {"NODE_FAIL": "node failure", "PREEMPTED": "preempted", "BOOT_FAIL": "node failed to boot",

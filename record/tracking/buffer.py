@@ -13,7 +13,8 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from record.rundir import RunDir, atomic_write
+from record.files import atomic_write
+from record.rundir import RunDir
 
 log = logging.getLogger("record.tracking.tracker")
 

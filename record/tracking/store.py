@@ -26,7 +26,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from record.rundir import atomic_write
+from record.files import atomic_write
 from record.tracking.buffer import BATCH_LIMITS
 from record.tracking.run_names import PARENT_TAG, RUN_KEY_TAG
 

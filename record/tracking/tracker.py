@@ -36,7 +36,8 @@ from typing import Any
 
 import yaml
 
-from record.rundir import RunDir, atomic_write
+from record.files import atomic_write
+from record.rundir import RunDir
 from record.tracking.buffer import BATCH_LIMITS, OfflineBuffer, is_transient
 from record.tracking.key_rules import (
     check_close_status,

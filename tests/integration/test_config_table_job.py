@@ -10,8 +10,10 @@ import pytest
 import yaml
 
 from orchestrator.launch.ledger import Ledger
+from record.config_table import config_tables_dir
+from record.files import config_text
 from record.identity.run_key import eval_id
-from record.rundir import RunDir, config_tables_dir, config_text
+from record.rundir import RunDir
 from tests.support.probe_sweep import PROBE, orchestrate
 
 

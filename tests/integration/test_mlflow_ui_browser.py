@@ -19,7 +19,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from record.rundir import RunDir, atomic_write
+from record.files import atomic_write
+from record.rundir import RunDir
 from tests.support.browser import chromium
 from tests.support.mlflow_server import MlflowServer
 

@@ -36,7 +36,8 @@ from orchestrator.launch.ledger import Ledger, attempts, latest
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import make_plan
 from orchestrator.sweep.expand import load_sweep
-from record.rundir import RunDir, config_text
+from record.files import config_text
+from record.rundir import RunDir
 from tests.support.fault_row import histories
 from tests.support.slurm_queue import cancel_named, step_pids
 from trainer.model.tiny_model import TinyModelConfig, ensure_tiny_model

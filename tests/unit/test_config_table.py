@@ -17,8 +17,9 @@ from orchestrator.launch.materialise import _distinct_sections, materialise
 from orchestrator.launch.plan import make_plan
 from orchestrator.status.cells import run_config
 from orchestrator.sweep.expand import load_sweep
-from record.config_table import pack, unpack
-from record.rundir import RunDir, atomic_write, config_tables_dir, config_text
+from record.config_table import config_tables_dir, pack, unpack
+from record.files import atomic_write, config_text
+from record.rundir import RunDir
 from record.tracking.run_names import sweep_params
 
 REPO = Path(__file__).resolve().parents[2]

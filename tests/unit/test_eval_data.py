@@ -11,7 +11,7 @@ import pytest
 from eval import local_data
 from eval.prepare import PrepareError, math_rows, math_squared_rows, mmlu_rows, prepare
 from orchestrator.cli import build_parser
-from record.rundir import sha256_file
+from record.files import sha256_file
 from tests.fixtures.eval_data import COUNTDOWN_SIZES, FIXTURE_ROWS, fixture_fetch, prepare_fixture_data
 from trainer.tasks import data as task_data
 from trainer.tasks.common import read_jsonl

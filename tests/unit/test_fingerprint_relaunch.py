@@ -16,7 +16,8 @@ from orchestrator.launch.plan import triage
 from orchestrator.status import outcomes
 from orchestrator.status.cells import run_dir_facts
 from orchestrator.sweep.expand import load_sweep
-from record.rundir import RunDir, atomic_write
+from record.files import atomic_write
+from record.rundir import RunDir
 from record.tracking.tracker import MlflowTracker
 from trainer.objective import fingerprint as fp
 from trainer.objective.loss import rl_loss as real_rl_loss

@@ -17,8 +17,9 @@ from orchestrator.status import outcomes
 from orchestrator.status.cells import run_dir_facts
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.watch.watcher import decide
+from record.files import atomic_write
 from record.identity.run_key import eval_id
-from record.rundir import RunDir, atomic_write
+from record.rundir import RunDir
 from tests.support.legacy_identity import legacy_run_key
 
 REPO = Path(__file__).resolve().parents[2]

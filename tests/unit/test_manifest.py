@@ -13,8 +13,9 @@ from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import make_plan
 from orchestrator.sweep.expand import load_sweep
 from record.errors import UserError
+from record.files import atomic_write, config_text
 from record.identity.run_key import run_key
-from record.rundir import RunDir, atomic_write, config_text
+from record.rundir import RunDir
 from trainer.config.run import RunConfig
 
 SWEEP = """
@@ -124,7 +125,7 @@ def test_the_fast_yaml_dumper_writes_what_the_pure_python_one_writes():
     """Run dirs are compared byte for byte on a rerun; the libyaml dumper must not change a file PyYAML wrote."""
 
     from orchestrator.sweep.expand import load_sweep
-    from record.rundir import _DUMPER
+    from record.files import _DUMPER
 
     sweeps = sorted((Path(__file__).resolve().parents[2] / "sweeps").glob("*.yaml"))
     configs = [c.config.to_dict() for f in sweeps for c in load_sweep(f).cells]

@@ -10,7 +10,8 @@ from orchestrator.launch import ledger as L
 from orchestrator.launch.fingerprints import supersede
 from orchestrator.launch.plan import triage
 from orchestrator.launch.probed import PROBE_TAG, probe_trained
-from record.rundir import RunDir, atomic_write
+from record.files import atomic_write
+from record.rundir import RunDir
 
 REAL = "orchestrator.jobs:train_job"
 PROBE = "orchestrator.jobs:probe_train"

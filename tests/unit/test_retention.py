@@ -14,7 +14,8 @@ from orchestrator.launch import ledger as L
 from orchestrator.launch.ledger import Ledger
 from orchestrator.watch.retention import FINAL_EXPORT, freed_line, keep_final_export
 from orchestrator.watch.watcher import Watcher
-from record.rundir import EXPORT_MARKER, RunDir, atomic_write, tag_for
+from record.files import atomic_write
+from record.rundir import EXPORT_MARKER, RunDir, tag_for
 
 SHARD = 4096  # bytes of each fake shard file
 

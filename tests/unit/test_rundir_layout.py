@@ -13,7 +13,8 @@ from eval import shard_plan
 from eval.outcome import Settings
 from orchestrator.status.cells import run_dir_facts
 from orchestrator.watch.retention import keep_final_export
-from record.rundir import LEGACY, RunDir, atomic_write, tag_for
+from record.files import atomic_write
+from record.rundir import LEGACY, RunDir, tag_for
 
 SETTINGS = Settings(k=2, temperature=1.0, top_p=1.0, max_tokens=8, chat_template=False, seeds=(0,), backend="hf")
 

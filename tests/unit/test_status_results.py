@@ -15,7 +15,8 @@ from rich.console import Console
 from orchestrator.cli import main
 from orchestrator.launch import ledger as L
 from orchestrator.status import cells, outcomes, tables
-from record.rundir import RunDir, atomic_write
+from record.files import atomic_write
+from record.rundir import RunDir
 
 REASON = "train/kl_k1 went above 10x its early value (0.1) at step 8"
 TASKS = {"tiny": 0.524, "tiny_ood": 0.161}

@@ -17,7 +17,8 @@ from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import make_plan
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.tracking.sweep import close_parent, links, summary_fields
-from record.rundir import RunDir, atomic_write
+from record.files import atomic_write
+from record.rundir import RunDir
 from record.tracking.run_names import axis_params, sweep_tags
 from record.tracking.tracker import MlflowTracker
 from record.tracking.ui import compare_url, experiment_url, lead_first, serve_command

@@ -34,8 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from record.errors import UserError
+from record.files import sha256_file
 from record.identity.weights import MODEL_RECORD, model_identity, write_record
-from record.rundir import sha256_file
 from trainer.config.run import TINY_MODEL
 from trainer.model.cache_lock import comedy_cache, one_builder
 

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from record.rundir import RunDir, atomic_write, step_of, tag_for
+from record.files import atomic_write
+from record.rundir import RunDir, step_of, tag_for
 
 
 class CheckpointWriteError(RuntimeError):

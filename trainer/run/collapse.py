@@ -10,7 +10,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from record.rundir import atomic_write
+from record.files import atomic_write
 from trainer.run.collapse_rules import CollapseConfig, CollapseVerdict, detect, should_stop
 
 
