@@ -1,0 +1,106 @@
+"""The fault matrix's submission-limit row (docs/reliability.md): a probe sweep of four times the user's MaxSubmitJobs,
+launched and followed on the local cluster with the limit enforced (`slurm/local-cluster limits N`, restored by
+`limits clear` afterwards, whatever the test did). Every cell must be trained and evaluated once, no retry budget
+spent on refusals, and at most one refused sbatch call a poll.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from orchestrator.cluster import query
+from orchestrator.cluster.executor import SlurmBackend
+from orchestrator.launch.ledger import Ledger, attempts
+from orchestrator.launch.materialise import materialise
+from orchestrator.launch.plan import make_plan
+from orchestrator.launch.submit import launch
+from orchestrator.sweep.expand import load_sweep
+from orchestrator.watch.watcher import Watcher
+from tests.support.fault_row import Row, write
+from tests.support.fault_sweep import PROBE, REPO, SMALL
+from tests.support.probe_sweep import PROBE as PROBE_ARGS
+from tests.support.probe_sweep import orchestrate
+from tests.support.slurm_queue import cancel_named
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.fault_matrix, pytest.mark.reliability]
+
+LIMIT = 4
+SEEDS = "[0,1,2,3]"  # 2 grid blocks x 4 seeds: 8 cells, 16 jobs at once, four times the limit
+
+
+def cluster(*args: str) -> None:
+    done = subprocess.run([str(REPO / "slurm" / "local-cluster"), *args], capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture
+def limited(slurm_cluster):
+    """MaxSubmitJobs=LIMIT enforced for this test; the cluster's configuration restored after it, always."""
+    query._LIMITS.clear()
+    try:
+        cluster("limits", str(LIMIT))
+        yield LIMIT
+    finally:
+        cluster("limits", "clear")
+        query._LIMITS.clear()
+
+
+def test_a_sweep_four_times_the_submission_limit_is_trickled_and_finishes_once_each(limited, tmp_path):
+    started, t0 = time.time(), time.monotonic()
+    name = f"l{int(started) % 10**6}"
+    sweep = load_sweep(REPO / "sweeps" / "smoke.yaml", [
+        f"sweep.name={name}", f"sweep.output_root={tmp_path}", f"sweep.seeds={SEEDS}", *SMALL, "optim.steps=2",
+        f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"])
+    dry = orchestrate("sweep", str(REPO / "sweeps" / "smoke.yaml"), f"sweep.name={name}x",
+                      f"sweep.output_root={tmp_path}", f"sweep.seeds={SEEDS}", *SMALL, "--dry-run", *PROBE_ARGS,
+                      cwd=REPO)
+    said = [line for line in dry.stdout.splitlines() if line.startswith("submission limit:")]
+    print("dry run:", *said)
+    assert dry.returncode == 0 and said and f"of {LIMIT} queued" in said[0] and "go out now" in said[0], dry.stdout
+    sweep_dir = materialise(sweep, make_plan(sweep)).sweep_dir.absolute()
+    calls: list[tuple[str, int, bool]] = []  # (kind, jobs, refused) of every sbatch
+    real = SlurmBackend.submit
+
+    def counted(self, kind, entry, run_dirs, *args, **kwargs):
+        try:
+            out = real(self, kind, entry, run_dirs, *args, **kwargs)
+        except query.SubmitRefused:
+            calls.append((kind, len(run_dirs), True))
+            raise
+        calls.append((kind, len(run_dirs), False))
+        return out
+
+    SlurmBackend.submit = counted
+    try:
+        backend = SlurmBackend(sweep_dir, PROBE)
+        report = launch(sweep, sweep_dir, backend, PROBE)  # --no-watcher: this process watches, as `orchestrate watch`
+        assert report.limit is not None and report.limit.limit == LIMIT, report.limit
+        at_launch = len(calls)
+        ledger = Ledger(sweep_dir)
+        with ledger.lock("orchestrate watch (fault matrix, limits)", wait_s=60.0) as keep_alive:
+            watcher = Watcher(ledger, backend, 2, grace_s=3.0, log=print)
+            records = watcher.run(poll_s=2.0, timeout_s=900, keep_alive=keep_alive)
+    finally:
+        SlurmBackend.submit = real
+        cancel_named(name)
+    cells = len(sweep.cells)
+    assert all(r["final"] and r["final"]["status"] == "completed" for r in records.values()), \
+        {k: r["jobs"] for k, r in records.items()}
+    assert all(len(attempts(r, "train")) == 1 and len(attempts(r, "eval")) == 1 for r in records.values())
+    print("launch:", report.limit.line(report.needed, report.sent))
+    refused = sum(1 for *_, no in calls if no)
+    most = max(watcher.refusals, default=0)
+    assert most <= 1 and not report.refused
+    jobs = sum(n for _, n, no in calls if not no)
+    assert jobs == 2 * cells and all(n <= LIMIT for _, n, _ in calls)
+    write(Row("submit-limit", f"MaxSubmitJobs={LIMIT} enforced, a sweep of {2 * cells} jobs",
+              f"`slurm/local-cluster limits {LIMIT}` (AccountingStorageEnforce=associations,limits,qos)",
+              f"launch: {report.sent} of {report.needed} jobs out in {at_launch} sbatch call(s), the rest held; "
+              f"the watcher trickled them in {len(calls) - at_launch} call(s) over {len(watcher.refusals)} polls",
+              f"{cells}/{cells}", "n/a (probe job, no metrics)",
+              f"{cells} train + {cells} eval (0 duplicate); sbatch calls {len(calls)}, refused {refused}, "
+              f"most refused in one poll {most}", "n/a (probe)", time.monotonic() - t0, "the watcher (slots.py)"))
