@@ -11,13 +11,14 @@ from pathlib import Path
 from orchestrator.cluster.executor import Options, choose_executor
 from orchestrator.cluster.paths import Resolver
 from orchestrator.cluster.profile import resources_params
-from orchestrator.cluster.query import SubmitLimit, submit_limit
+from orchestrator.cluster.query import SubmitLimit, controller_problem, submit_limit
+from orchestrator.cluster.query import available as query_available
 from orchestrator.cluster.sbatch_values import LIMITS
 from orchestrator.launch.adopt import Adopted, adopt, legacy_identities
 from orchestrator.launch.costs import Costs, costs, free_space
 from orchestrator.launch.fingerprints import Changed, changed_cells
 from orchestrator.launch.ledger import Ledger
-from orchestrator.launch.plan import Plan, Triage, fit_counts
+from orchestrator.launch.plan import Plan, Triage, fit_counts, make_plan
 from orchestrator.launch.probed import probe_trained
 from orchestrator.launch.relaunch import relaunch
 from orchestrator.sweep.expand import Sweep, load_sweep
@@ -122,6 +123,13 @@ def read_limit(sweep: Sweep) -> SubmitLimit:
     """The user's submission limit for the sweep's jobs (its account, QOS, partition) and the jobs queued now."""
     params = resources_params(sweep.profile, sweep.profile.eval)
     return submit_limit(params.get("account"), params.get("qos"), params.get("partition"))
+
+
+def slurm_limit_line(sweep: Sweep) -> str | None:
+    """validate's line on the submission limit, where a Slurm controller answers (nothing said where none does)."""
+    if not query_available() or controller_problem():
+        return None
+    return limit_line(read_limit(sweep), make_plan(sweep), watcher=True)
 
 
 def limit_line(limit: SubmitLimit | None, plan: Plan, watcher: bool) -> str | None:

@@ -9,10 +9,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from orchestrator.cluster import query as Q
+from orchestrator.cluster.executor import Options
 from orchestrator.launch import ledger as L
 from orchestrator.launch.intents import WAITING, submit_jobs
+from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import fit, fit_counts, jobs_needed, make_plan
+from orchestrator.launch.submit import launch
 from orchestrator.pipeline.planning import limit_line
+from orchestrator.pipeline.submission import limit_lines
 from orchestrator.status.outcomes import cell_row
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.watch.watcher import Watcher
@@ -123,7 +127,8 @@ class LimitedSlurm:
         for job_id in job_ids:
             for task, (name, state) in self.jobs.items():
                 if task == job_id or task.split("_")[0] == job_id:
-                    out.setdefault(task, []).append(L.JobRow(task, name, state, "0:0", submit=time.time(), end=time.time()))
+                    now = time.time()
+                    out.setdefault(task, []).append(L.JobRow(task, name, state, "0:0", submit=now, end=now))
         return out
 
     def queued(self, names):
@@ -194,3 +199,21 @@ def test_a_refused_submission_leaves_no_attempt_and_status_says_it_waits_for_a_s
     row = cell_row(saved["k00"], {"verdict": None})
     assert (row["train_attempts"], row["eval_attempts"]) == (0, 0)
     assert "waiting for a submission slot (sbatch refused" in row["reason"]
+
+
+def test_the_launch_submits_what_fits_and_leaves_the_rest_waiting_for_the_watcher(tmp_path):
+    sweep = load_sweep(SWEEPS / "smoke.yaml", [f"sweep.output_root={tmp_path}", "sweep.seeds=[0,1,2]"])
+    sweep_dir = materialise(sweep, make_plan(sweep)).sweep_dir
+    backend = LimitedSlurm(5)
+    backend.array_limit = lambda: 1000
+    report = launch(sweep, sweep_dir, backend, Options(executor="slurm"))
+    cells = len(sweep.cells)
+    assert (report.needed, report.sent, report.refused, backend.refusals) == (2 * cells, 5, None, 0)
+    records = L.Ledger(sweep_dir).records()
+    waiting = [r for r in records.values() if WAITING in r]
+    assert len(waiting) == cells - 5 and all(r["jobs"] == [] and r["params"] for r in waiting)
+    assert "5 of 10 queued" not in report.limit.words() and report.limit.words().startswith("0 of 5 queued")
+    lines = limit_lines(report, watcher=True)
+    assert lines[0].endswith("5 go out now (arrays split to fit), the watcher submits the rest as slots free")
+    assert "the sweep's watcher submits them as slots free" in lines[1] and "run the same command" not in lines[1]
+    assert "--as-job" in limit_lines(report, watcher=False)[1]
