@@ -388,6 +388,8 @@ def submit_limit(account: str | None, qos: str | None, partition: str | None) ->
         enforce, assoc, qos_rows, what = _LIMITS[key]
     except SlurmError as err:
         return SubmitLimit(None, unknown=str(err)[:300])
+    if assoc is None:  # nothing to count the queue against (limits not enforced, or no association found)
+        return submit_limit_of(enforce, assoc, qos_rows, None, what)
     try:
         queued = queued_jobs(user)
     except SlurmError:
