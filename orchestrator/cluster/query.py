@@ -159,9 +159,10 @@ class SubmitLimit:
 
     limit: int | None
     source: str = ""  # "MaxSubmitJobs of association root/root", or why there is none
-    queued: int | None = None  # the user's jobs squeue shows now, array tasks one by one
+    queued: int | None = None  # the jobs squeue shows now that the limit counts, array tasks one by one
     unknown: str | None = None
     running_limit: str = ""  # MaxJobs / GrpJobs, in words: they hold jobs pending, they refuse none
+    scope: tuple[str | None, str | None] = (None, None)  # (account, QOS) whose jobs the limit counts (the user's)
 
     @property
     def free(self) -> int | None:
@@ -247,29 +248,30 @@ def submit_limit_of(enforce: str | None, assoc: dict[str, str] | None, qos_rows:
         return SubmitLimit(None, f"AccountingStorageEnforce={enforce}: limits are not enforced", queued)
     if assoc is None:
         return SubmitLimit(None, queued=queued, unknown=f"no association of {what} in `sacctmgr show assoc`")
-    found: list[tuple[int, str]] = []
+    found: list[tuple[int, str, tuple]] = []  # (limit, in words, the (account, QOS) whose jobs it counts)
     running: list[str] = []
     for field in ("MaxSubmitJobs", "GrpSubmitJobs"):
         if (n := _limit(assoc.get(field, ""))) is not None:
-            found.append((n, f"{field} of association {what}"))
+            found.append((n, f"{field} of association {what}", (assoc.get("Account") or None, None)))
     for field in ("MaxJobs", "GrpJobs"):
         if (n := _limit(assoc.get(field, ""))) is not None:
             running.append(f"{field}={n} of association {what}")
     for row in qos_rows:
         for field in ("MaxSubmitJobsPerUser", "GrpSubmitJobs"):
             if (n := _limit(row.get(field, ""))) is not None:
-                found.append((n, f"{field} of QOS {row.get('Name')}"))
+                found.append((n, f"{field} of QOS {row.get('Name')}", (None, row.get("Name") or None)))
         for field in ("MaxJobsPerUser", "GrpJobs"):
             if (n := _limit(row.get(field, ""))) is not None:
                 running.append(f"{field}={n} of QOS {row.get('Name')}")
-    shared = "; Grp limits count the account's other users too" if any("Grp" in s for _, s in found) else ""
     if not found:
         return SubmitLimit(None, f"no submit limit on association {what} or its QOS", queued,
                            running_limit=", ".join(running))
+    n, source, scope = min(found)
+    shared = "; a Grp limit counts the account's other users too" if "Grp" in source else ""
     if queued is None:
-        return SubmitLimit(None, unknown="squeue did not answer: the jobs queued are not known")
-    n, source = min(found)
-    return SubmitLimit(n, source + shared, queued, running_limit=", ".join(running))
+        return SubmitLimit(None, unknown=f"squeue did not answer: the jobs {source} counts are not known",
+                           scope=scope)
+    return SubmitLimit(n, source + shared, queued, running_limit=", ".join(running), scope=scope)
 
 
 # --- the calls ---------------------------------------------------------------------------------------------------
@@ -368,9 +370,11 @@ def user_name() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
 
-def queued_jobs(user: str | None = None) -> int:
-    """The user's jobs in the queue now (pending, running, any state squeue shows), array tasks one by one."""
-    return count_queued(_run(["squeue", "-h", "-r", "-u", user or user_name(), "-o", "%i"]))
+def queued_jobs(user: str | None = None, account: str | None = None, qos: str | None = None) -> int:
+    """The user's jobs in the queue now (pending, running, any state squeue shows), array tasks one by one; of
+    this account or QOS only, where the limit counts only theirs."""
+    scope = [*(["-A", account] if account else []), *(["-q", qos] if qos else [])]
+    return count_queued(_run(["squeue", "-h", "-r", "-u", user or user_name(), *scope, "-o", "%i"]))
 
 
 _LIMITS: dict[tuple, tuple] = {}  # (account, qos, partition) -> (enforce, association, qos rows, what), per process
@@ -388,13 +392,13 @@ def submit_limit(account: str | None, qos: str | None, partition: str | None) ->
         enforce, assoc, qos_rows, what = _LIMITS[key]
     except SlurmError as err:
         return SubmitLimit(None, unknown=str(err)[:300])
-    if assoc is None:  # nothing to count the queue against (limits not enforced, or no association found)
-        return submit_limit_of(enforce, assoc, qos_rows, None, what)
+    found = submit_limit_of(enforce, assoc, qos_rows, 0, what)
+    if found.limit is None:  # nothing to count the queue against (not enforced, no association, no limit)
+        return found
     try:
-        queued = queued_jobs(user)
+        return replace(found, queued=queued_jobs(user, *found.scope))
     except SlurmError:
-        queued = None
-    return submit_limit_of(enforce, assoc, qos_rows, queued, what)
+        return submit_limit_of(enforce, assoc, qos_rows, None, what)
 
 
 def _read_limits(user: str, account: str | None, qos: str | None, partition: str | None) -> tuple:

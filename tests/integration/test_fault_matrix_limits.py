@@ -28,6 +28,7 @@ from tests.support.slurm_queue import cancel_named
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.fault_matrix, pytest.mark.reliability]
 
 LIMIT = 4
+ACCOUNT = "comedylimits"  # `limits N`'s own account: other sessions' jobs (the default account's) never meet the limit
 SEEDS = "[0,1,2,3]"  # 2 grid blocks x 4 seeds: 8 cells, 16 jobs at once, four times the limit
 
 
@@ -42,7 +43,7 @@ def limited(slurm_cluster):
     """MaxSubmitJobs=LIMIT enforced for this test; the cluster's configuration restored after it, always."""
     query._LIMITS.clear()
     try:
-        cluster("limits", str(LIMIT))
+        cluster("limits", str(LIMIT), ACCOUNT)
         yield LIMIT
     finally:
         cluster("limits", "clear")
@@ -52,12 +53,12 @@ def limited(slurm_cluster):
 def test_a_sweep_four_times_the_submission_limit_is_trickled_and_finishes_once_each(limited, tmp_path):
     started, t0 = time.time(), time.monotonic()
     name = f"l{int(started) % 10**6}"
-    sweep = load_sweep(REPO / "sweeps" / "smoke.yaml", [
-        f"sweep.name={name}", f"sweep.output_root={tmp_path}", f"sweep.seeds={SEEDS}", *SMALL, "optim.steps=2",
-        f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"])
-    dry = orchestrate("sweep", str(REPO / "sweeps" / "smoke.yaml"), f"sweep.name={name}x",
-                      f"sweep.output_root={tmp_path}", f"sweep.seeds={SEEDS}", *SMALL, "--dry-run", *PROBE_ARGS,
-                      cwd=REPO)
+    overrides = [f"sweep.output_root={tmp_path}", f"sweep.seeds={SEEDS}", *SMALL, "optim.steps=2",
+                 f"sweep.slurm.overrides.account={ACCOUNT}",
+                 f"tracking.tracking_uri=sqlite:///{tmp_path / 'mlflow.db'}"]
+    sweep = load_sweep(REPO / "sweeps" / "smoke.yaml", [f"sweep.name={name}", *overrides])
+    dry = orchestrate("sweep", str(REPO / "sweeps" / "smoke.yaml"), f"sweep.name={name}x", *overrides, "--dry-run",
+                      *PROBE_ARGS, cwd=REPO)
     said = [line for line in dry.stdout.splitlines() if line.startswith("submission limit:")]
     print("dry run:", *said)
     assert dry.returncode == 0 and said and f"of {LIMIT} queued" in said[0] and "go out now" in said[0], dry.stdout

@@ -37,11 +37,11 @@ def test_the_association_and_qos_limits_are_read_and_the_smallest_submit_limit_w
     assoc = Q.pick_association(Q.parse_rows(ASSOC, Q.ASSOC_FORMAT), "root", None, "debug")
     limit = Q.submit_limit_of(Q.parse_enforce(CONFIG), assoc, Q.parse_rows(QOS, Q.QOS_FORMAT), 1, "root/root")
     assert (limit.limit, limit.queued, limit.free) == (4, 1, 3)
-    assert limit.source == "MaxSubmitJobs of association root/root"
+    assert limit.source == "MaxSubmitJobs of association root/root" and limit.scope == ("root", None)
     assert "MaxJobsPerUser=50 of QOS normal" in limit.running_limit
     alone = Q.submit_limit_of("associations,limits", {"MaxSubmitJobs": ""}, Q.parse_rows(QOS, Q.QOS_FORMAT), 7,
                               "a/b")
-    assert (alone.limit, alone.source) == (100, "MaxSubmitJobsPerUser of QOS normal")
+    assert (alone.limit, alone.source, alone.scope) == (100, "MaxSubmitJobsPerUser of QOS normal", (None, "normal"))
 
 
 def test_the_association_is_the_profiles_account_and_partition():
