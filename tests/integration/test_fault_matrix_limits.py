@@ -19,7 +19,7 @@ from orchestrator.launch.plan import make_plan
 from orchestrator.launch.submit import launch
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.watch.watcher import Watcher
-from tests.support.fault_row import Row, write
+from tests.support.fault_row import Row, job_counts, write
 from tests.support.fault_sweep import PROBE, REPO, SMALL
 from tests.support.probe_sweep import PROBE as PROBE_ARGS
 from tests.support.probe_sweep import orchestrate
@@ -50,7 +50,12 @@ def limited(slurm_cluster):
         query._LIMITS.clear()
 
 
-def test_a_sweep_four_times_the_submission_limit_is_trickled_and_finishes_once_each(limited, tmp_path):
+@pytest.mark.parametrize("readable", [True, False], ids=["known", "unread"])
+def test_a_sweep_four_times_the_submission_limit_is_trickled_and_finishes_once_each(limited, tmp_path, monkeypatch,
+                                                                                    readable):
+    """`known`: the limit read (sacctmgr), nothing refused. `unread`: the limit hidden from the orchestrator, as
+    where sacctmgr cannot be read: the launch's array is refused by Slurm itself, and the watcher halves what it
+    tries, one refused call a poll at most."""
     started, t0 = time.time(), time.monotonic()
     name = f"l{int(started) % 10**6}"
     overrides = [f"sweep.output_root={tmp_path}", f"sweep.seeds={SEEDS}", *SMALL, "optim.steps=2",
@@ -62,6 +67,9 @@ def test_a_sweep_four_times_the_submission_limit_is_trickled_and_finishes_once_e
     said = [line for line in dry.stdout.splitlines() if line.startswith("submission limit:")]
     print("dry run:", *said)
     assert dry.returncode == 0 and said and f"of {LIMIT} queued" in said[0] and "go out now" in said[0], dry.stdout
+    if not readable:
+        monkeypatch.setattr(query, "submit_limit", lambda *a: query.SubmitLimit(
+            None, unknown="hidden by the test, as where sacctmgr cannot be read"))
     sweep_dir = materialise(sweep, make_plan(sweep)).sweep_dir.absolute()
     calls: list[tuple[str, int, bool]] = []  # (kind, jobs, refused) of every sbatch
     real = SlurmBackend.submit
@@ -79,7 +87,8 @@ def test_a_sweep_four_times_the_submission_limit_is_trickled_and_finishes_once_e
     try:
         backend = SlurmBackend(sweep_dir, PROBE)
         report = launch(sweep, sweep_dir, backend, PROBE)  # --no-watcher: this process watches, as `orchestrate watch`
-        assert report.limit is not None and report.limit.limit == LIMIT, report.limit
+        assert report.limit is not None and (report.limit.limit == LIMIT) == readable, report.limit
+        assert bool(report.refused) != readable, report.refused  # unread: Slurm refused the launch's array
         at_launch = len(calls)
         ledger = Ledger(sweep_dir)
         with ledger.lock("orchestrate watch (fault matrix, limits)", wait_s=60.0) as keep_alive:
@@ -95,13 +104,18 @@ def test_a_sweep_four_times_the_submission_limit_is_trickled_and_finishes_once_e
     print("launch:", report.limit.line(report.needed, report.sent))
     refused = sum(1 for *_, no in calls if no)
     most = max(watcher.refusals, default=0)
-    assert most <= 1 and not report.refused
-    jobs = sum(n for _, n, no in calls if not no)
-    assert jobs == 2 * cells and all(n <= LIMIT for _, n, _ in calls)
-    write(Row("submit-limit", f"MaxSubmitJobs={LIMIT} enforced, a sweep of {2 * cells} jobs",
-              f"`slurm/local-cluster limits {LIMIT}` (AccountingStorageEnforce=associations,limits,qos)",
-              f"launch: {report.sent} of {report.needed} jobs out in {at_launch} sbatch call(s), the rest held; "
-              f"the watcher trickled them in {len(calls) - at_launch} call(s) over {len(watcher.refusals)} polls",
+    assert most <= 1 and (refused == 0) == readable
+    assert sum(n for _, n, no in calls if not no) == 2 * cells
+    assert all(n <= LIMIT for _, n, no in calls if not no)
+    jobs, duplicates = job_counts(list(records.values()), started)
+    assert duplicates == 0, jobs
+    how = "read (sacctmgr)" if readable else "hidden from the orchestrator (Slurm refuses)"
+    write(Row("submit-limit" if readable else "submit-limit-unread",
+              f"MaxSubmitJobs={LIMIT} enforced, a sweep of {2 * cells} jobs; the limit {how}",
+              f"`slurm/local-cluster limits {LIMIT} {ACCOUNT}` (AccountingStorageEnforce=associations,limits,qos)",
+              f"launch: {report.sent} of {report.needed} jobs out in {at_launch} sbatch call(s)"
+              + (", refused" if report.refused else "") + f", the rest waiting; the watcher submitted them in "
+              f"{len(calls) - at_launch} call(s) over {len(watcher.refusals)} polls, 0 retry budget spent",
               f"{cells}/{cells}", "n/a (probe job, no metrics)",
-              f"{cells} train + {cells} eval (0 duplicate); sbatch calls {len(calls)}, refused {refused}, "
-              f"most refused in one poll {most}", "n/a (probe)", time.monotonic() - t0, "the watcher (slots.py)"))
+              f"{jobs}; sbatch calls {len(calls)}, refused {refused}, most refused in one poll {most}",
+              "n/a (probe)", time.monotonic() - t0, "the launch (plan.py fit), the watcher (slots.py)"))
