@@ -386,12 +386,14 @@ def submit_limit(account: str | None, qos: str | None, partition: str | None) ->
     said so, never guessed."""
     user = user_name()
     key = (account, qos, partition)
-    try:
-        if key not in _LIMITS:
+    if key not in _LIMITS:  # a failure is kept too: a watcher does not ask a sacctmgr that failed at every poll
+        try:
             _LIMITS[key] = _read_limits(user, account, qos, partition)
-        enforce, assoc, qos_rows, what = _LIMITS[key]
-    except SlurmError as err:
-        return SubmitLimit(None, unknown=str(err)[:300])
+        except SlurmError as err:
+            _LIMITS[key] = (str(err)[:300],)
+    if len(_LIMITS[key]) == 1:
+        return SubmitLimit(None, unknown=_LIMITS[key][0])
+    enforce, assoc, qos_rows, what = _LIMITS[key]
     found = submit_limit_of(enforce, assoc, qos_rows, 0, what)
     if found.limit is None:  # nothing to count the queue against (not enforced, no association, no limit)
         return found

@@ -217,3 +217,25 @@ def test_the_launch_submits_what_fits_and_leaves_the_rest_waiting_for_the_watche
     assert lines[0].endswith("5 go out now (arrays split to fit), the watcher submits the rest as slots free")
     assert "the sweep's watcher submits them as slots free" in lines[1] and "run the same command" not in lines[1]
     assert "--as-job" in limit_lines(report, watcher=False)[1]
+
+
+def test_the_limit_is_read_once_a_process_and_a_failure_is_said_not_asked_again(monkeypatch):
+    asked: list = []
+
+    def run(cmd):
+        asked.append(cmd[0])
+        if cmd[0] == "sacctmgr":
+            raise Q.SlurmError("sacctmgr show assoc ... failed (1): Access denied")
+        return {"scontrol": CONFIG, "squeue": "7\n8_1\n"}[cmd[0]]
+
+    monkeypatch.setattr(Q, "_run", run)
+    monkeypatch.setattr(Q, "_LIMITS", {})
+    first, again = Q.submit_limit("lab", None, None), Q.submit_limit("lab", None, None)
+    assert first.words() == again.words() == "unknown: sacctmgr show assoc ... failed (1): Access denied"
+    assert asked == ["scontrol", "sacctmgr"]
+    replies = {"scontrol": CONFIG, "squeue": "7\n8_1\n", "assoc": ASSOC, "qos": QOS}
+    monkeypatch.setattr(Q, "_run", lambda cmd: asked.append(cmd) or replies[cmd[3] if cmd[0] == "sacctmgr" else cmd[0]])
+    monkeypatch.setattr(Q, "user_name", lambda: "root")
+    known = Q.submit_limit("root", None, None)
+    assert (known.limit, known.queued) == (4, 2) and ["squeue", "-h", "-r", "-u", "root", "-A", "root", "-o", "%i"] \
+        in asked
