@@ -142,7 +142,10 @@ class SlurmBackend:
             with submitting_with(self.options.environment), ex.batch():
                 submitted = [ex.submit(CALLABLES[kind](entry), run_dir) for run_dir in run_dirs]
         except (FailedJobError, FailedSubmissionError, OSError) as err:
-            raise SlurmError(f"sbatch of {name} failed: {str(err).strip()[:500]}; the submission is recorded as an "
+            said = str(err).strip()[:500]
+            if query.refused_by_limit(said):  # nothing queued: the watcher submits it when a slot frees
+                raise query.SubmitRefused(f"sbatch of {name} refused by a submission limit: {said}") from None
+            raise SlurmError(f"sbatch of {name} failed: {said}; the submission is recorded as an "
                              f"intent: fix the cause and run the same command again (it will not duplicate jobs)") \
                 from None
         return [Submitted(j.job_id, out, err) for j, (out, err) in zip(submitted, _logs(submitted))]
@@ -161,6 +164,10 @@ class SlurmBackend:
 
     def array_limit(self) -> int:
         return query.max_array_size()
+
+    def submit_limit(self, params: dict) -> query.SubmitLimit:
+        """The user's submission limit for jobs with these Slurm parameters, and the jobs queued now."""
+        return query.submit_limit(params.get("account"), params.get("qos"), params.get("partition"))
 
 
 def _logs(jobs: list) -> list[tuple[str, str]]:
@@ -225,6 +232,15 @@ class LocalBackend:
 
     def array_limit(self) -> int:
         return 10**9
+
+    def submit_limit(self, params: dict) -> query.SubmitLimit:
+        return query.SubmitLimit(None, "the local executor has none")
+
+
+def submit_limit_of(backend, params: dict) -> query.SubmitLimit:
+    """The backend's submission limit for jobs with these parameters (a backend that reads none: no limit)."""
+    read = getattr(backend, "submit_limit", None)
+    return read(params) if read else query.SubmitLimit(None, "this backend reads no limit")
 
 
 def local_row(job_id: str, job, name: str, submitted: float) -> JobRow:

@@ -11,6 +11,7 @@ from orchestrator.arguments import add_sweep_arguments
 from orchestrator.console import console
 from orchestrator.launch.materialise import owner_problem
 from orchestrator.launch.plan import make_plan, summary_lines
+from orchestrator.pipeline.planning import slurm_limit_line
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.sweep.knobs import dead_knobs
 from orchestrator.sweep.resource_plan import plan_report
@@ -53,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         out.print(f"  {line}", soft_wrap=True)
     for line in grader_lines(sweep):
         out.print(f"  {line}", soft_wrap=True)
+    if limit := slurm_limit_line(sweep):  # where Slurm answers: the user's submission limit against the sweep
+        out.print(f"  {limit}", soft_wrap=True)
     lines, problems = plan_report(sweep)
     problems += [p for p in [owner_problem(sweep)] if p]
     for line in lines:

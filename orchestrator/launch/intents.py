@@ -15,6 +15,7 @@ import hashlib
 import time
 from dataclasses import dataclass
 
+from orchestrator.cluster.query import SubmitRefused
 from orchestrator.launch.ledger import Ledger, add_attempt, attempts
 
 
@@ -53,10 +54,38 @@ def submit_groups(backend, ledger: Ledger, groups: list[Group]) -> None:
 
     save()  # from here on a crash leaves job names the next orchestrator looks for: no duplicate
     try:
-        for group, named in zip(groups, intents):
-            _sbatch(backend, group, named)
+        for n, (group, named) in enumerate(zip(groups, intents)):
+            try:
+                _sbatch(backend, group, named)
+            except SubmitRefused as err:  # nothing of it reached the queue: no attempt, no retry budget spent
+                for later, unsent in zip(groups[n:], intents[n:]):
+                    drop_unsent(later, unsent, str(err))
+                raise
+            for record in group.records:
+                record.pop(WAITING, None)
     finally:
         save()
+
+
+WAITING = "waiting_slot"  # a record's key while it waits for a submission slot: {"at", "why"} (status shows it)
+
+
+def mark_waiting(record: dict, why: str, now: float) -> None:
+    """The record waits for a submission slot; `why` in words ("waiting for a submission slot (98 of 100 queued,
+    limit ...)"), shown by status until a submission of it goes out."""
+    record[WAITING] = {"at": now, "why": why}
+
+
+def drop_unsent(group: Group, intents: dict[str, list[dict]], said: str) -> None:
+    """A group's intents whose sbatch was refused by a submission limit, or never tried after one was, removed from
+    its records (they never reached Slurm: attempts stay numbered by what did), each record marked as waiting for
+    a slot."""
+    now = time.time()
+    for named in intents.values():
+        for record, job in zip(group.records, named):
+            if job["state"] == "INTENT" and not job["job_id"]:
+                record["jobs"] = [j for j in record["jobs"] if j is not job]
+                mark_waiting(record, f"waiting for a submission slot (sbatch refused: {said[:200]})", now)
 
 
 def _intents(backend, group: Group, now: float) -> dict[str, list[dict]]:

@@ -240,6 +240,37 @@ def decide(sweep: Sweep, records: dict[str, dict], baseline_records: dict[str, d
                                             for g in plan.groups))
 
 
+def jobs_needed(plan: Plan) -> int:
+    """The jobs the plan queues at once: every array task of every array (Slurm counts array tasks one by one
+    against a submission limit)."""
+    return sum(g.size for g in plan.groups)
+
+
+def fit(plan: Plan, free: int | None) -> dict[str, tuple[int, int]]:
+    """How much of each array goes out now within `free` submission slots (None: no known limit, all of it):
+    array name -> (tasks of it submitted now, of those whose chained evaluation goes with them). Arrays keep their
+    order; a training array that does not fit is split, its trainings first and as many of their chained
+    evaluations as still fit (the others held back: the watcher submits an evaluation when its training has
+    completed); what does not fit at all is held, and the watcher submits it as slots free. Pure."""
+    left = float("inf") if free is None else free
+    out: dict[str, tuple[int, int]] = {}
+    chained = {g.after for g in plan.groups if g.after}
+    for g in plan.groups:
+        if g.kind == "eval" and g.after:
+            continue  # goes with its training array
+        first = int(min(g.size, left))
+        left -= first
+        evals = int(min(first, left)) if g.name in chained else 0
+        left -= evals
+        out[g.name] = (first, evals)
+    return out
+
+
+def fit_counts(plan: Plan, free: int | None) -> tuple[int, int]:
+    """(jobs the first submission makes, jobs the plan needs at once) under `free` slots."""
+    return sum(a + b for a, b in fit(plan, free).values()), jobs_needed(plan)
+
+
 def _named(sweep: str, group: JobGroup, records: dict[str, dict]) -> JobGroup:
     """The group with the job name the submission will give it: its cells' next attempt of its kind."""
     kind = "train" if group.kind == "train" else "eval"

@@ -11,15 +11,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.cluster.executor import Options, save_options
+from orchestrator.cluster.executor import Options, save_options, submit_limit_of
 from orchestrator.cluster.profile import resources_params
+from orchestrator.cluster.query import SubmitLimit, SubmitRefused
 from orchestrator.cluster.snapshot import snapshot_code
 from orchestrator.launch.adopt import Adopted
 from orchestrator.launch.baseline_jobs import baseline_ledger, sweep_baselines_dir
 from orchestrator.launch.fingerprints import Changed, supersede
-from orchestrator.launch.intents import Group, submit_groups
-from orchestrator.launch.ledger import IDENTITY, Ledger, attempts, new_record, note
-from orchestrator.launch.plan import Plan, Triage, decide
+from orchestrator.launch.intents import Group, mark_waiting, submit_groups
+from orchestrator.launch.ledger import IDENTITY, Ledger, attempts, latest, new_record, note
+from orchestrator.launch.plan import Plan, Triage, decide, fit, jobs_needed
 from orchestrator.launch.probed import PROBE_TAG
 from orchestrator.launch.reconcile import observe
 from orchestrator.sweep.expand import Sweep
@@ -43,6 +44,10 @@ class LaunchReport:
     baselines_kept: dict | None = None
     plan: Plan | None = None  # the arrays submitted: what the dry run showed, unless a job changed state since
     todo: Triage | None = None
+    limit: SubmitLimit | None = None  # the user's submission limit as read before the sbatch calls (Slurm only)
+    needed: int = 0  # jobs the plan needs at once
+    sent: int = 0  # jobs that went out now
+    refused: str | None = None  # what sbatch said when a submission limit refused one (the rest waits)
 
 
 def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_failed: bool = False,
@@ -72,9 +77,16 @@ def launch(sweep: Sweep, sweep_dir: Path, backend, options: Options, retry_faile
             _write_records(sweep, sweep_dir, ledger, records, baselines, todo, reruns, options, code,
                            retry_failed)
         started = watcher(records, said, tuple(b.key for b in sweep.baselines)) if watcher else None
-        sbatch = _submit(backend, ledger, based, plan, records, baselines) if plan.groups else 0
+        limit = sent = refused = None
+        sbatch = 0
+        if plan.groups:
+            if backend.kind == "slurm":  # read after the watcher went in: the queue counts it
+                limit = submit_limit_of(backend, resources_params(sweep.profile, sweep.profile.eval))
+            sbatch, sent, refused = _submit(backend, ledger, based, plan, records, baselines,
+                                            fit(plan, limit.free if limit else None), limit)
     return LaunchReport(sweep_dir, backend.kind, code, len(todo.train), len(todo.eval), sbatch, todo.kept, resolved,
-                        started, len(todo.baselines), todo.baselines_kept, plan, todo)
+                        started, len(todo.baselines), todo.baselines_kept, plan, todo, limit, jobs_needed(plan),
+                        sent or 0, refused)
 
 
 def _write_records(sweep: Sweep, sweep_dir: Path, ledger: Ledger, records: dict[str, dict],
@@ -121,23 +133,54 @@ def _write_records(sweep: Sweep, sweep_dir: Path, ledger: Ledger, records: dict[
 
 
 def _submit(backend, ledger: Ledger, based: Ledger, plan: Plan, records: dict[str, dict],
-            baselines: dict[str, dict]) -> int:
+            baselines: dict[str, dict], shares: dict[str, tuple[int, int]], limit: SubmitLimit | None = None
+            ) -> tuple[int, int, str | None]:
     """Every array of the plan through the intent protocol, in one `submit_groups`: the training arrays with their
-    chained evaluations, the evaluations alone, the baselines. Locally the cells' records are saved for the
-    follower, which starts them (orchestrator/watch/); the baselines go to the local executor now. Returns the
-    sbatch calls made."""
-    groups = []
+    chained evaluations, the evaluations alone, the baselines, each cut to its share of the free submission slots
+    (`shares`: plan.py `fit`); what is left out is saved as waiting for a slot (the watcher submits it). Locally the
+    cells' records are saved for the follower, which starts them (orchestrator/watch/); the baselines go to the
+    local executor now. Returns (sbatch calls made, jobs submitted, what sbatch said when a limit refused one)."""
+    groups, held, now = [], [], time.time()
     for g in plan.groups:
         if g.kind == "eval" and g.after is not None:
             continue  # submitted with its training array, chained on it
+        first, evals = shares.get(g.name, (g.size, g.size if g.kind == "train" else 0))
         if g.kind == "baseline":
-            groups.append(Group([baselines[k] for k in g.run_keys], KINDS[g.kind], plan.array_parallelism, based))
+            chosen = [baselines[k] for k in g.run_keys]
+            groups.append(Group(chosen[:first], KINDS[g.kind], plan.array_parallelism, based))
+            held += [(based, r) for r in chosen[first:]]
         elif backend.kind == "slurm":
-            groups.append(Group([records[k] for k in g.run_keys], KINDS[g.kind], plan.array_parallelism))
+            chosen = [records[k] for k in g.run_keys]
+            if g.kind == "train":
+                groups += [Group(chosen[:evals], KINDS[g.kind], plan.array_parallelism),
+                           Group(chosen[evals:first], ("train",), plan.array_parallelism)]
+            else:
+                groups.append(Group(chosen[:first], KINDS[g.kind], plan.array_parallelism))
+            held += [(ledger, r) for r in chosen[first:]]
+    groups = [g for g in groups if g.records]
     if backend.kind != "slurm":
         ledger.save_all(records[k] for g in plan.groups if g.kind != "baseline" for k in g.run_keys)
-    submit_groups(backend, ledger, groups)
-    return sum(len(g.kinds) for g in groups) if backend.kind == "slurm" else 0
+    for _, record in held:
+        mark_waiting(record, waiting_words(limit), now)
+        note(record, "wait", "no submission slot free at the launch: the watcher submits it as slots free", now)
+    for own in {id(o): o for o, _ in held}.values():
+        own.save_all(r for o, r in held if o is own)
+    refused = None
+    try:
+        submit_groups(backend, ledger, groups)
+    except SubmitRefused as err:
+        refused = str(err)
+    sent = [(g, j) for g in groups for j in g.kinds for r in g.records
+            if (job := latest(r, j)) and job["job_id"] and (job["submitted_at"] or 0) >= now]
+    calls = len({(id(g), j) for g, j in sent}) + (1 if refused else 0)
+    return (calls if backend.kind == "slurm" else 0), len(sent), refused
+
+
+def waiting_words(limit: SubmitLimit | None) -> str:
+    """"waiting for a submission slot (98 of 100 queued, limit MaxSubmitJobs of association root/root)"."""
+    if limit is None or limit.limit is None:
+        return "waiting for a submission slot"
+    return f"waiting for a submission slot ({limit.queued} of {limit.limit} queued, limit {limit.source})"
 
 
 def _mark_adopted(ledger: Ledger, records: dict[str, dict], adopted: Adopted | None) -> None:

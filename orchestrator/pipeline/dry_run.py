@@ -13,7 +13,7 @@ from rich.table import Table
 from orchestrator.cluster.executor import render_sbatch
 from orchestrator.launch.costs import lines as cost_lines
 from orchestrator.launch.plan import Plan, relaunch_lines
-from orchestrator.pipeline.planning import Planned
+from orchestrator.pipeline.planning import Planned, limit_line
 from orchestrator.sweep.expand import Sweep
 from record.display import format_value
 
@@ -23,6 +23,8 @@ def show(planned: Planned, problems: list[str], out: Console) -> None:
     request = planned.request
     print_plan(out, planned.sweep, planned.plan, request.rows, planned.memory_lines, str(planned.resolver.data))
     for line in [*relaunch_lines(planned.todo, len(planned.before)), *cost_lines(planned.cost)]:
+        out.print(line, soft_wrap=True)
+    if line := limit_line(planned.limit, planned.plan, not request.no_watcher):
         out.print(line, soft_wrap=True)
     for problem in problems:
         out.print(f"a submission would stop here: {problem}", soft_wrap=True)

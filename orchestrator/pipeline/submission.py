@@ -102,6 +102,8 @@ def submit(planned: Planned, written: Written, out: Console) -> Launched:
     if backend.kind == "slurm":
         out.print(f"submitted {report.train} training job(s) with chained evaluations and {report.eval} evaluation(s) "
                   f"alone in {report.sbatch} sbatch call(s); kept: {kept}")
+        for line in limit_lines(report, starter is not None and not starter.failed):
+            out.print(line, soft_wrap=True)
     else:
         out.print(f"local executor: {report.train} training(s) and {report.eval} evaluation(s) queued; kept: {kept}")
     if sweep.baselines:
@@ -128,6 +130,27 @@ def follow_sweep(planned: Planned, written: Written, launched: Launched, out: Co
     else:
         out.print(f"follow it: orchestrate status {sweep_dir}")
     return 1 if launched.starter is not None and launched.starter.failed else 0
+
+
+def limit_lines(report: LaunchReport, watcher: bool) -> list[str]:
+    """What the launch says of the submission limit: the limit against what the sweep needs, and, when some of it
+    waits for a slot, what happens next, truthfully."""
+    if report.limit is None or report.plan is None or not report.plan.groups:
+        return []
+    free = report.limit.free
+    out = [report.limit.line(report.needed, report.sent)]
+    waiting = report.needed - report.sent
+    if report.refused:
+        out.append(f"Slurm refused a submission: {report.refused}")
+    if waiting > 0 and watcher:
+        out.append(f"{report.sent} job(s) went out now, {waiting} wait for a submission slot"
+                   + (f" ({free} were free)" if free is not None else "")
+                   + ": the sweep's watcher submits them as slots free (no retry budget spent); nothing to run again")
+    elif waiting > 0:
+        out.append(f"{report.sent} job(s) went out now, {waiting} wait for a submission slot and no watcher follows "
+                   f"the sweep (--no-watcher): start one with `orchestrate watch {report.sweep_dir} --as-job`, or run "
+                   f"the same command again once jobs have left the queue (it will not duplicate jobs)")
+    return out
 
 
 def _arrays(plan: Plan) -> list[tuple[str, tuple[str, ...]]]:

@@ -20,6 +20,7 @@ import re
 import statistics
 from collections.abc import Mapping
 
+from orchestrator.launch.intents import WAITING
 from orchestrator.launch.ledger import attempts, cell_status, latest
 from record.display import cell_name, format_value
 
@@ -186,6 +187,8 @@ def cell_row(record: dict, facts: dict) -> dict:
     if job and job["state"] == "PENDING" and job.get("reason") not in (None, "", "None"):
         reasons.append(pending_reason(job["reason"]))
     state = cell_status(record)
+    if (waiting := record.get(WAITING)) and not final:  # cleared when a submission of it goes out
+        reasons.append(waiting.get("why") or "waiting for a submission slot")  # never reached Slurm: not an attempt
     if state == "evaluating" and facts.get("eval_shards"):
         done, total = facts["eval_shards"]
         reasons.append(f"evaluation: {done} of {total} shards done")

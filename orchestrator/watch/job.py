@@ -15,7 +15,7 @@ from pathlib import Path
 
 from orchestrator.cluster.executor import SlurmBackend, load_options, submit_watcher, watcher_name
 from orchestrator.cluster.profile import mem_param
-from orchestrator.cluster.query import SlurmError
+from orchestrator.cluster.query import SlurmError, refused_by_limit
 from orchestrator.launch.baseline_jobs import baselines_settled
 from orchestrator.launch.ledger import Ledger, SweepBusy, cell_status, settled
 from orchestrator.status import watcher_info as ws
@@ -166,6 +166,10 @@ class Starter:
                                    self.params, by=self.by)
         except SlurmError as err:  # the cells' jobs are out: say what failed instead of hiding that they are
             self.failed = True
+            if refused_by_limit(str(err)):
+                return (f"the watcher job was refused by a submission limit ({err}): no slot was free for it. "
+                        f"Nothing submits what waits for a slot, nor resubmits failures, until one runs: once jobs "
+                        f"have left the queue, `orchestrate watch {self.sweep_dir} --as-job`")
             return (f"the watcher job could not be submitted: {err}. Nothing resubmits infrastructure failures "
                     f"until one runs: check the profile's watcher.partition (or sweep.slurm.overrides."
                     f"watcher.partition=...), then `orchestrate watch {self.sweep_dir} --as-job`")

@@ -27,10 +27,11 @@ from pathlib import Path
 
 from eval.shard_plan import jobs_with_shards
 from orchestrator.cluster.entry import PREEMPTED_EXIT
+from orchestrator.cluster.executor import submit_limit_of
 from orchestrator.cluster.options import load_options
 from orchestrator.cluster.query import SlurmError
 from orchestrator.launch.baseline_jobs import baseline_ledger, baselines_settled
-from orchestrator.launch.intents import submit_jobs
+from orchestrator.launch.intents import Group, mark_waiting, submit_jobs
 from orchestrator.launch.ledger import (
     KINDS,
     LIVE,
@@ -45,6 +46,7 @@ from orchestrator.launch.ledger import (
 from orchestrator.launch.reconcile import observe
 from orchestrator.status.outcomes import objective_fields
 from orchestrator.watch.retention import FINAL_EXPORT, keep_final_export
+from orchestrator.watch.slots import Slots, trickle, waiting_baseline, waiting_training
 from orchestrator.watch.user_error import error_of, is_user_error, user_error_of
 from record.files import read_json
 from record.rundir import RunDir
@@ -192,32 +194,60 @@ class Watcher:
         self.ledger, self.backend, self.max_retries = ledger, backend, max_retries
         self.parallelism, self.grace_s, self.log = parallelism, grace_s, log or (lambda line: None)
         self.baselines = baseline_ledger(ledger.sweep_dir)  # the base models' evaluations, followed alike
+        self.cap: int | None = None  # where no limit can be read: the most jobs a submission tries (slots.py)
+        self.refusals: list[int] = []  # refused sbatch calls, poll by poll (at most one each)
 
     def poll(self) -> dict[str, dict]:
         """One poll of the cells and the baselines (one sacct for both, orchestrator/launch/reconcile.py `observe`);
         returns the cells' records."""
         records, bases = self.ledger.records(), self.baselines.records()
         observe(self.backend, [(self.ledger, records), (self.baselines, bases)])
+        slots = self._slots(records) if self.backend.kind == "slurm" else None
+        evals, trains = [], []  # what waits for a submission slot (Slurm): submitted as arrays, slots allowing
         for record in records.values():
+            if slots is not None and waiting_training(record):
+                trains.append(record)
+                continue
             action = decide(record, _verdict(record), time.time(), self.max_retries, self.grace_s,
                             _progressed(record), user_error_of(record))
-            if action is not None:
-                self.act(record, action)
+            if action is not None and slots is not None and action.do == "submit_eval" and not action.cancel:
+                evals.append(record)
+            elif action is not None:
+                self.act(record, action, slots=slots)
         if self.backend.kind == "local":
             self._start_queued(records)
+        waiting = []
         for record in bases.values():
+            if slots is not None and waiting_baseline(record):
+                waiting.append(record)
+                continue
             action = decide_baseline(record, time.time(), self.max_retries, self.grace_s, user_error_of(record))
             if action is not None:
-                self.act(record, action, self.baselines)
+                self.act(record, action, self.baselines, slots=slots)
+        if slots is not None:
+            trickle(self.backend, slots, self.ledger, evals, trains, (self.baselines, waiting), self.parallelism,
+                    self.log)
+            self.cap, self.refusals = slots.cap, [*self.refusals, slots.refusals]
         return records
+
+    def _slots(self, records: dict[str, dict]) -> Slots:
+        """This poll's submission slots: the limit read once, the queue every poll (one squeue)."""
+        params = next((r["params"].get("eval") or {} for r in records.values() if r.get("params")), {})
+        return Slots(submit_limit_of(self.backend, params), self.cap)
 
     def settled(self, records: dict[str, dict]) -> bool:
         """Every cell final, and every baseline's evaluation."""
         return settled(records) and baselines_settled(self.ledger.sweep_dir)
 
-    def act(self, record: dict, action: Action, ledger: Ledger | None = None) -> None:
-        """Carry out `action` on a record of `ledger` (the cells' by default; the baselines' for theirs)."""
+    def act(self, record: dict, action: Action, ledger: Ledger | None = None, slots: Slots | None = None) -> None:
+        """Carry out `action` on a record of `ledger` (the cells' by default; the baselines' for theirs); a
+        submission waits when the poll's `slots` have no room for it (decided again at the next poll)."""
         ledger, now = ledger or self.ledger, time.time()
+        kinds = ("train", "eval") if action.do == "resubmit" and action.kind == "train" else ("eval",)
+        if slots is not None and action.do in ("resubmit", "submit_eval") and slots.fits(len(kinds)) < len(kinds):
+            mark_waiting(record, slots.words(), now)
+            ledger.save(record)
+            return
         self.log(f"{record['name']} ({record['run_key']}): {action.do}: {action.reason}")
         cancel = list(action.cancel)
         if action.do == "resubmit" and action.kind == "train":
@@ -241,8 +271,11 @@ class Watcher:
             ledger.save(record)
             return
         note(record, action.do, action.reason, now)
-        kinds = ("train", "eval") if action.do == "resubmit" and action.kind == "train" else ("eval",)
-        submit_jobs(self.backend, ledger, [record], kinds)
+        if slots is None:
+            submit_jobs(self.backend, ledger, [record], kinds)
+        elif not slots.submit(self.backend, ledger, [Group([record], kinds, 1, ledger)]):
+            note(record, "wait", f"{slots.words()}; submitted at a later poll, no retry budget spent", now)
+            ledger.save(record)
 
     def _retain(self, record: dict, now: float) -> None:
         """The profile's checkpoint_retention (recorded in submission.json) on a cell just settled as evaluated."""

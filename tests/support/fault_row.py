@@ -21,7 +21,7 @@ ROWS_ENV = "RELIABILITY_ROWS"
 ORDER = ["sigkill-job", "sigkill-rank", "node-fail-2-nodes", "timeout-signal",
          "timeout-no-signal", "requeue", "scancel", "orchestrator-before-sbatch", "orchestrator-after-sbatch",
          "watcher-poll-before", "watcher-poll-after", "store-unreachable", "disk-full", "corrupt-checkpoint",
-         "collapsed"]
+         "collapsed", "submit-limit", "submit-limit-unread"]
 COLUMNS = ("fault", "how injected", "what the orchestrator decided", "which code acted", "runs finished",
            "metrics = undisturbed", "jobs (duplicates)", "metric steps duplicate / lost", "test s")
 
