@@ -20,7 +20,7 @@ import submitit
 from submitit.core.utils import FailedJobError, FailedSubmissionError
 from submitit.slurm.slurm import _make_sbatch_string
 
-from orchestrator.cluster import query
+from orchestrator.cluster import limits, query
 from orchestrator.cluster.arrays import ArrayExecutor, array_folder, single_command
 from orchestrator.cluster.arrays import command as array_command
 from orchestrator.cluster.entry import EVAL_ENTRY, TRAIN_ENTRY, run_eval, run_train
@@ -143,7 +143,7 @@ class SlurmBackend:
                 submitted = [ex.submit(CALLABLES[kind](entry), run_dir) for run_dir in run_dirs]
         except (FailedJobError, FailedSubmissionError, OSError) as err:
             said = str(err).strip()[:500]
-            if query.refused_by_limit(said):  # nothing queued: the watcher submits it when a slot frees
+            if limits.refused_by_limit(said):  # nothing queued: the watcher submits it when a slot frees
                 raise query.SubmitRefused(f"sbatch of {name} refused by a submission limit: {said}") from None
             raise SlurmError(f"sbatch of {name} failed: {said}; the submission is recorded as an "
                              f"intent: fix the cause and run the same command again (it will not duplicate jobs)") \
@@ -165,9 +165,9 @@ class SlurmBackend:
     def array_limit(self) -> int:
         return query.max_array_size()
 
-    def submit_limit(self, params: dict) -> query.SubmitLimit:
+    def submit_limit(self, params: dict) -> limits.SubmitLimit:
         """The user's submission limit for jobs with these Slurm parameters, and the jobs queued now."""
-        return query.submit_limit(params.get("account"), params.get("qos"), params.get("partition"))
+        return limits.submit_limit(params.get("account"), params.get("qos"), params.get("partition"))
 
 
 def _logs(jobs: list) -> list[tuple[str, str]]:
@@ -233,14 +233,14 @@ class LocalBackend:
     def array_limit(self) -> int:
         return 10**9
 
-    def submit_limit(self, params: dict) -> query.SubmitLimit:
-        return query.SubmitLimit(None, "the local executor has none")
+    def submit_limit(self, params: dict) -> limits.SubmitLimit:
+        return limits.SubmitLimit(None, "the local executor has none")
 
 
-def submit_limit_of(backend, params: dict) -> query.SubmitLimit:
+def submit_limit_of(backend, params: dict) -> limits.SubmitLimit:
     """The backend's submission limit for jobs with these parameters (a backend that reads none: no limit)."""
     read = getattr(backend, "submit_limit", None)
-    return read(params) if read else query.SubmitLimit(None, "this backend reads no limit")
+    return read(params) if read else limits.SubmitLimit(None, "this backend reads no limit")
 
 
 def local_row(job_id: str, job, name: str, submitted: float) -> JobRow:

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.cluster.executor import Options, save_options, submit_limit_of
+from orchestrator.cluster.limits import SubmitLimit
 from orchestrator.cluster.profile import resources_params
-from orchestrator.cluster.query import SubmitLimit, SubmitRefused
+from orchestrator.cluster.query import SubmitRefused
 from orchestrator.cluster.snapshot import snapshot_code
 from orchestrator.launch.adopt import Adopted
 from orchestrator.launch.baseline_jobs import baseline_ledger, sweep_baselines_dir

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.cluster.executor import Options, choose_executor
+from orchestrator.cluster.limits import SubmitLimit, submit_limit
 from orchestrator.cluster.paths import Resolver
 from orchestrator.cluster.profile import resources_params
-from orchestrator.cluster.query import SubmitLimit, controller_problem, submit_limit
 from orchestrator.cluster.query import available as query_available
+from orchestrator.cluster.query import controller_problem
 from orchestrator.cluster.sbatch_values import LIMITS
 from orchestrator.launch.adopt import Adopted, adopt, legacy_identities
 from orchestrator.launch.costs import Costs, costs, free_space

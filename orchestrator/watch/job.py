@@ -14,8 +14,9 @@ from collections import Counter
 from pathlib import Path
 
 from orchestrator.cluster.executor import SlurmBackend, load_options, submit_watcher, watcher_name
+from orchestrator.cluster.limits import refused_by_limit
 from orchestrator.cluster.profile import mem_param
-from orchestrator.cluster.query import SlurmError, refused_by_limit
+from orchestrator.cluster.query import SlurmError
 from orchestrator.launch.baseline_jobs import baselines_settled
 from orchestrator.launch.ledger import Ledger, SweepBusy, cell_status, settled
 from orchestrator.status import watcher_info as ws

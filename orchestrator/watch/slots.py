@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import time
 
-from orchestrator.cluster.query import SubmitLimit, SubmitRefused
+from orchestrator.cluster.limits import SubmitLimit
+from orchestrator.cluster.query import SubmitRefused
 from orchestrator.launch.intents import Group, mark_waiting, submit_groups
 from orchestrator.launch.ledger import Ledger, latest, note
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from orchestrator.cluster import query
+from orchestrator.cluster import limits, query
 from orchestrator.cluster.executor import SlurmBackend
 from orchestrator.launch.ledger import Ledger, attempts
 from orchestrator.launch.materialise import materialise
@@ -41,13 +41,13 @@ def cluster(*args: str) -> None:
 @pytest.fixture
 def limited(slurm_cluster):
     """MaxSubmitJobs=LIMIT enforced for this test; the cluster's configuration restored after it, always."""
-    query._LIMITS.clear()
+    limits._LIMITS.clear()
     try:
         cluster("limits", str(LIMIT), ACCOUNT)
         yield LIMIT
     finally:
         cluster("limits", "clear")
-        query._LIMITS.clear()
+        limits._LIMITS.clear()
 
 
 @pytest.mark.parametrize("readable", [True, False], ids=["known", "unread"])
@@ -68,7 +68,7 @@ def test_a_sweep_four_times_the_submission_limit_is_trickled_and_finishes_once_e
     print("dry run:", *said)
     assert dry.returncode == 0 and said and f"of {LIMIT} queued" in said[0] and "go out now" in said[0], dry.stdout
     if not readable:
-        monkeypatch.setattr(query, "submit_limit", lambda *a: query.SubmitLimit(
+        monkeypatch.setattr(limits, "submit_limit", lambda *a: limits.SubmitLimit(
             None, unknown="hidden by the test, as where sacctmgr cannot be read"))
     sweep_dir = materialise(sweep, make_plan(sweep)).sweep_dir.absolute()
     calls: list[tuple[str, int, bool]] = []  # (kind, jobs, refused) of every sbatch

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from orchestrator.cluster import limits as lim
 from orchestrator.cluster import query as Q
 from orchestrator.cluster.executor import Options
 from orchestrator.launch import ledger as L
@@ -34,40 +35,40 @@ REFUSED = ("sbatch: error: AssocMaxSubmitJobLimit\nsbatch: error: Batch job subm
 
 
 def test_the_association_and_qos_limits_are_read_and_the_smallest_submit_limit_wins():
-    assoc = Q.pick_association(Q.parse_rows(ASSOC, Q.ASSOC_FORMAT), "root", None, "debug")
-    limit = Q.submit_limit_of(Q.parse_enforce(CONFIG), assoc, Q.parse_rows(QOS, Q.QOS_FORMAT), 1, "root/root")
+    assoc = lim.pick_association(lim.parse_rows(ASSOC, lim.ASSOC_FORMAT), "root", None, "debug")
+    limit = lim.submit_limit_of(lim.parse_enforce(CONFIG), assoc, lim.parse_rows(QOS, lim.QOS_FORMAT), 1, "root/root")
     assert (limit.limit, limit.queued, limit.free) == (4, 1, 3)
     assert limit.source == "MaxSubmitJobs of association root/root" and limit.scope == ("root", None)
     assert "MaxJobsPerUser=50 of QOS normal" in limit.running_limit
-    alone = Q.submit_limit_of("associations,limits", {"MaxSubmitJobs": ""}, Q.parse_rows(QOS, Q.QOS_FORMAT), 7,
+    alone = lim.submit_limit_of("associations,limits", {"MaxSubmitJobs": ""}, lim.parse_rows(QOS, lim.QOS_FORMAT), 7,
                               "a/b")
     assert (alone.limit, alone.source, alone.scope) == (100, "MaxSubmitJobsPerUser of QOS normal", (None, "normal"))
 
 
 def test_the_association_is_the_profiles_account_and_partition():
-    rows = Q.parse_rows(ASSOC_TWO, Q.ASSOC_FORMAT)
-    assert Q.pick_association(rows, "alice", "lab", "gpu")["MaxSubmitJobs"] == "8"
-    assert Q.pick_association(rows, "alice", "lab", "cpu")["MaxSubmitJobs"] == "20"
-    assert Q.pick_association(rows, "alice", None, None) is None  # two accounts, no default known: not guessed
-    assert Q.pick_association(rows, "alice", None, None, default_account="other")["Account"] == "other"
+    rows = lim.parse_rows(ASSOC_TWO, lim.ASSOC_FORMAT)
+    assert lim.pick_association(rows, "alice", "lab", "gpu")["MaxSubmitJobs"] == "8"
+    assert lim.pick_association(rows, "alice", "lab", "cpu")["MaxSubmitJobs"] == "20"
+    assert lim.pick_association(rows, "alice", None, None) is None  # two accounts, no default known: not guessed
+    assert lim.pick_association(rows, "alice", None, None, default_account="other")["Account"] == "other"
 
 
 def test_a_limit_that_cannot_be_read_or_is_not_enforced_is_said_so():
-    off = Q.submit_limit_of("associations", None, [], 3, "root/root")
+    off = lim.submit_limit_of("associations", None, [], 3, "root/root")
     assert off.limit is None and "not enforced" in off.words()
-    missing = Q.submit_limit_of(Q.parse_enforce(CONFIG), None, [], 3, "bob/lab")
+    missing = lim.submit_limit_of(lim.parse_enforce(CONFIG), None, [], 3, "bob/lab")
     assert missing.words().startswith("unknown: no association of bob/lab")
-    blind = Q.submit_limit_of(Q.parse_enforce(CONFIG), {"MaxSubmitJobs": "4"}, [], None, "root/root")
+    blind = lim.submit_limit_of(lim.parse_enforce(CONFIG), {"MaxSubmitJobs": "4"}, [], None, "root/root")
     assert blind.limit is None and blind.words().startswith("unknown: squeue")
-    none = Q.submit_limit_of(Q.parse_enforce(CONFIG), {"MaxSubmitJobs": ""}, [], 2, "root/root")
+    none = lim.submit_limit_of(lim.parse_enforce(CONFIG), {"MaxSubmitJobs": ""}, [], 2, "root/root")
     assert none.limit is None and none.free is None and "no submit limit" in none.words()
 
 
 def test_the_queue_counts_array_tasks_one_by_one_and_the_partition_qos_is_read():
-    assert Q.count_queued("101_0\n101_1\n102\n103_[4-6]\n") == 6
-    assert Q.parse_partition_qos("PartitionName=debug AllowQos=ALL QoS=part_q DefaultTime=NONE") == "part_q"
-    assert Q.parse_partition_qos("PartitionName=debug QoS=N/A") is None
-    assert Q.refused_by_limit(REFUSED) and not Q.refused_by_limit("sbatch: error: invalid partition")
+    assert lim.count_queued("101_0\n101_1\n102\n103_[4-6]\n") == 6
+    assert lim.parse_partition_qos("PartitionName=debug AllowQos=ALL QoS=part_q DefaultTime=NONE") == "part_q"
+    assert lim.parse_partition_qos("PartitionName=debug QoS=N/A") is None
+    assert lim.refused_by_limit(REFUSED) and not lim.refused_by_limit("sbatch: error: invalid partition")
 
 
 def test_the_plan_is_cut_to_the_free_slots_trainings_first_then_their_evaluations():
@@ -80,7 +81,7 @@ def test_the_plan_is_cut_to_the_free_slots_trainings_first_then_their_evaluation
     assert fit(plan, cells + 1)[train] == (cells, 1)  # every training, one chained evaluation
     assert fit(plan, 2)[train] == (2, 0)
     assert fit_counts(plan, 0) == (0, needed)
-    limit = Q.SubmitLimit(10, "MaxSubmitJobs of association root/root", queued=8 - 1)
+    limit = lim.SubmitLimit(10, "MaxSubmitJobs of association root/root", queued=8 - 1)
     line = limit_line(limit, plan, watcher=True)
     assert line.startswith(f"submission limit: 7 of 10 queued (MaxSubmitJobs of association root/root); this sweep "
                            f"needs {needed + 1} job(s) at once: 3 go out now (arrays split to fit), the watcher "
@@ -103,8 +104,8 @@ class LimitedSlurm:
 
     def submit_limit(self, params):
         if not self.known:
-            return Q.SubmitLimit(None, unknown="sacctmgr: permission denied")
-        return Q.SubmitLimit(self.limit, "MaxSubmitJobs of association root/root", self.queued_count())
+            return lim.SubmitLimit(None, unknown="sacctmgr: permission denied")
+        return lim.SubmitLimit(self.limit, "MaxSubmitJobs of association root/root", self.queued_count())
 
     def submit(self, kind, entry, run_dirs, params, name, code, dependency=None, parallelism=1):
         self.calls.append((kind, len(run_dirs)))
@@ -228,14 +229,15 @@ def test_the_limit_is_read_once_a_process_and_a_failure_is_said_not_asked_again(
             raise Q.SlurmError("sacctmgr show assoc ... failed (1): Access denied")
         return {"scontrol": CONFIG, "squeue": "7\n8_1\n"}[cmd[0]]
 
-    monkeypatch.setattr(Q, "_run", run)
-    monkeypatch.setattr(Q, "_LIMITS", {})
-    first, again = Q.submit_limit("lab", None, None), Q.submit_limit("lab", None, None)
+    monkeypatch.setattr(Q, "run_tool", run)
+    monkeypatch.setattr(lim, "_LIMITS", {})
+    first, again = lim.submit_limit("lab", None, None), lim.submit_limit("lab", None, None)
     assert first.words() == again.words() == "unknown: sacctmgr show assoc ... failed (1): Access denied"
     assert asked == ["scontrol", "sacctmgr"]
     replies = {"scontrol": CONFIG, "squeue": "7\n8_1\n", "assoc": ASSOC, "qos": QOS}
-    monkeypatch.setattr(Q, "_run", lambda cmd: asked.append(cmd) or replies[cmd[3] if cmd[0] == "sacctmgr" else cmd[0]])
-    monkeypatch.setattr(Q, "user_name", lambda: "root")
-    known = Q.submit_limit("root", None, None)
+    monkeypatch.setattr(Q, "run_tool",
+                        lambda cmd: asked.append(cmd) or replies[cmd[3] if cmd[0] == "sacctmgr" else cmd[0]])
+    monkeypatch.setattr(lim, "user_name", lambda: "root")
+    known = lim.submit_limit("root", None, None)
     assert (known.limit, known.queued) == (4, 2) and ["squeue", "-h", "-r", "-u", "root", "-A", "root", "-o", "%i"] \
         in asked
