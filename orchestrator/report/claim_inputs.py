@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from eval.outcome import problem_scores
+from orchestrator.claims import files as claim_files
 from orchestrator.claims import parse as claim_spec
 from orchestrator.claims.parse import Claim
 from orchestrator.claims.verdicts import Cell, ScoresOf
@@ -41,7 +42,7 @@ def sweep_claims(sweep: str, overrides: Sequence[str], sweep_dir: Path,
         if problems:
             raise UserError("the sweep's manifest holds bad claims:\n  - " + "\n  - ".join(problems))
     if files:
-        more, more_groups = claim_spec.load_for_report([Path(f) for f in files])
+        more, more_groups = claim_files.load_for_report([Path(f) for f in files])
         claims += [c for c in more if c.id not in {k.id for k in claims}]
         groups = {**more_groups, **groups}
     return claims, groups

@@ -23,7 +23,7 @@ from hydra.core.override_parser.types import Override
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from orchestrator.claims import parse as claims_spec
+from orchestrator.claims import files as claim_files
 from orchestrator.claims import rows as claim_rows
 from orchestrator.claims.parse import Claim
 from orchestrator.cluster.profile import SlurmProfile, SlurmResources, load_profile, resource_problems
@@ -138,7 +138,7 @@ def check_claims(entries, base_dir: Path, cells: Sequence[Cell], problems: list[
     """The sweep's claims, each checked against its cells: the axes and values it names, one configuration a side,
     paired seeds, and the tasks the compared cells are evaluated on (orchestrator/claims/rows.py). A claim
     that cannot be read goes to `problems`; one that does not fit the cells to `unfit`."""
-    claims, groups = claims_spec.resolve(list(entries), base_dir, problems)
+    claims, groups = claim_files.resolve(list(entries), base_dir, problems)
     if not cells:
         return claims, groups
     pairs = [(c.run_key, dict(c.axes)) for c in cells]

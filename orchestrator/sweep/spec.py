@@ -103,7 +103,7 @@ class SweepSpec:
     output_root: str = "runs"
     # Evaluations of base models, run once per sweep (orchestrator/sweep/baselines.py).
     baselines: tuple[BaselineEntry, ...] = ()
-    # What the sweep is run to test (orchestrator/claims/parse.py): ids, claims files, claims; resolved at load.
+    # What the sweep is run to test (orchestrator/claims/files.py): ids, claims files, claims; resolved at load.
     claims: tuple = ()
 
     @classmethod

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from orchestrator.claims import files as claim_files
 from orchestrator.claims import parse as spec
 from orchestrator.claims import rows as claim_rows
 from orchestrator.claims import run_measures
@@ -53,7 +54,7 @@ def grid(betas=(0.3, 1.0), seeds=(0, 1, 2), models=("m",)):
 
 def test_the_papers_claims_file_parses_and_every_shipped_sweep_names_claims_that_fit_it():
     problems: list[str] = []
-    found, groups = spec.read_claims_file(spec.PAPER_FILE, problems)
+    found, groups = claim_files.read_claims_file(claim_files.PAPER_FILE, problems)
     assert not problems and {"O1a-qwen", "O1b", "O2", "O3a", "O3b", "O3c-qwen", "A2", "A3-k1-loss", "D2-k1-loss",
                              "C1-k1-reward", "C1-alike", "S1-k1-reward"} <= set(found)
     assert all(c.evidence and c.paper and all(r.evidence.quote for r in c.paper) for c in found.values())
