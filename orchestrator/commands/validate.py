@@ -11,7 +11,7 @@ from orchestrator.arguments import add_sweep_arguments
 from orchestrator.console import console
 from orchestrator.launch.materialise import owner_problem
 from orchestrator.launch.plan import make_plan, summary_lines
-from orchestrator.pipeline.planning import slurm_limit_line
+from orchestrator.preflight.limit import slurm_limit_line
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.sweep.knobs import dead_knobs
 from orchestrator.sweep.resource_plan import plan_report

@@ -13,7 +13,8 @@ from rich.table import Table
 from orchestrator.cluster.executor import render_sbatch
 from orchestrator.launch.costs import lines as cost_lines
 from orchestrator.launch.plan import Plan, relaunch_lines
-from orchestrator.pipeline.planning import Planned, limit_line
+from orchestrator.pipeline.planning import Planned
+from orchestrator.preflight.limit import limit_line
 from orchestrator.sweep.expand import Sweep
 from record.display import format_value
 

@@ -9,19 +9,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.cluster.executor import Options, choose_executor
-from orchestrator.cluster.limits import SubmitLimit, submit_limit
+from orchestrator.cluster.limits import SubmitLimit
 from orchestrator.cluster.paths import Resolver
-from orchestrator.cluster.profile import resources_params
-from orchestrator.cluster.query import available as query_available
-from orchestrator.cluster.query import controller_problem
 from orchestrator.cluster.sbatch_values import LIMITS
 from orchestrator.launch.adopt import Adopted, adopt, legacy_identities
 from orchestrator.launch.costs import Costs, costs, free_space
 from orchestrator.launch.fingerprints import Changed, changed_cells
 from orchestrator.launch.ledger import Ledger
-from orchestrator.launch.plan import Plan, Triage, fit_counts, make_plan
+from orchestrator.launch.plan import Plan, Triage
 from orchestrator.launch.probed import probe_trained
 from orchestrator.launch.relaunch import relaunch
+from orchestrator.preflight.limit import read_limit
 from orchestrator.sweep.expand import Sweep, load_sweep
 from orchestrator.sweep.resource_plan import plan_report
 from record.errors import UserError
@@ -118,30 +116,6 @@ def plan(request: Request) -> Planned:
     limit = read_limit(sweep) if executor == "slurm" else None
     return Planned(request, sweep, resolver, before, adopted, changed, probed, executor, note, todo, planned, cost,
                    memory_lines, memory_problems, limit)
-
-
-def read_limit(sweep: Sweep) -> SubmitLimit:
-    """The user's submission limit for the sweep's jobs (its account, QOS, partition) and the jobs queued now."""
-    params = resources_params(sweep.profile, sweep.profile.eval)
-    return submit_limit(params.get("account"), params.get("qos"), params.get("partition"))
-
-
-def slurm_limit_line(sweep: Sweep) -> str | None:
-    """validate's line on the submission limit, where a Slurm controller answers (nothing said where none does)."""
-    if not query_available() or controller_problem():
-        return None
-    return limit_line(read_limit(sweep), make_plan(sweep), watcher=True)
-
-
-def limit_line(limit: SubmitLimit | None, plan: Plan, watcher: bool) -> str | None:
-    """"submission limit: 3 of 100 queued (...); this sweep needs 207 job(s) at once: 96 go out now ..." for the
-    dry run, validate and the launch (`watcher`: the sweep's watcher job is counted, it takes a slot too)."""
-    if limit is None or not plan.groups:
-        return None
-    free = None if limit.free is None else max(limit.free - watcher, 0)
-    now, needed = fit_counts(plan, free)
-    slot = watcher if limit.free is None else min(int(watcher), limit.free)
-    return limit.line(needed + watcher, now + slot)
 
 
 def resolve_paths(sweep: Sweep) -> tuple[Sweep, Resolver]:

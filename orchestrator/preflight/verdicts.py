@@ -14,6 +14,7 @@ from orchestrator.cluster.paths import Resolver
 from orchestrator.cluster.query import SlurmError
 from orchestrator.launch.costs import costs
 from orchestrator.launch.plan import Plan
+from orchestrator.preflight.limit import limit_row
 from orchestrator.preflight.probes import plan_probes, report_rows, submit_probes
 from orchestrator.preflight.testonly import Row, rows
 from orchestrator.preflight.wait import wait
@@ -32,7 +33,7 @@ def preflight(sweep: Sweep, plan: Plan, probes: bool = True, timeout_s: float = 
     resolver = Resolver(sweep.source)
     resolved = dataclasses.replace(sweep, cells=tuple(dataclasses.replace(c, config=resolver.resolve(c.config))
                                                       for c in sweep.cells))
-    found = rows(sweep, plan)
+    found = [*rows(sweep, plan), limit_row(sweep, plan)]
     found += [Row("paths (login node)", "all", False, problem.split(";")[0], problem.partition("; ")[2])
               for problem in resolver.problems]
     if not probes or not all(r.ok for r in found if r.check == "sbatch --test-only"):

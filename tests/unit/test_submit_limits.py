@@ -16,8 +16,8 @@ from orchestrator.launch.intents import WAITING, submit_jobs
 from orchestrator.launch.materialise import materialise
 from orchestrator.launch.plan import fit, fit_counts, jobs_needed, make_plan
 from orchestrator.launch.submit import launch
-from orchestrator.pipeline.planning import limit_line
 from orchestrator.pipeline.submission import limit_lines
+from orchestrator.preflight.limit import limit_line
 from orchestrator.status.outcomes import cell_row
 from orchestrator.sweep.expand import load_sweep
 from orchestrator.watch.watcher import Watcher
@@ -241,3 +241,19 @@ def test_the_limit_is_read_once_a_process_and_a_failure_is_said_not_asked_again(
     known = lim.submit_limit("root", None, None)
     assert (known.limit, known.queued) == (4, 2) and ["squeue", "-h", "-r", "-u", "root", "-A", "root", "-o", "%i"] \
         in asked
+
+
+def test_preflight_states_the_limit_as_a_row_that_never_fails_it(monkeypatch):
+    """preflight says what validate and the dry run say: the limit against the sweep (a row that passes: a sweep
+    over the limit goes out in parts), and a limit it cannot read as unknown, with why."""
+    from orchestrator.preflight import limit as preflight_limit
+
+    sweep = load_sweep(SWEEPS / "smoke.yaml", ["sweep.seeds=[0,1,2]"])
+    plan = make_plan(sweep)
+    monkeypatch.setattr(preflight_limit, "submit_limit", lambda *a: lim.SubmitLimit(4, "MaxSubmitJobs of x", queued=1))
+    row = preflight_limit.limit_row(sweep, plan)
+    assert row.check == "submission limit" and row.ok
+    assert row.words.startswith("1 of 4 queued (MaxSubmitJobs of x); this sweep needs") and "the watcher" in row.words
+    monkeypatch.setattr(preflight_limit, "submit_limit", lambda *a: lim.SubmitLimit(None, unknown="sacctmgr: denied"))
+    row = preflight_limit.limit_row(sweep, plan)
+    assert row.ok and row.words.startswith("unknown: sacctmgr: denied")
