@@ -147,15 +147,16 @@ def _step(target: Target, step: int | None) -> int:
 
 
 def _data_files(tasks: list[str], data_dir: Path, scratch: Path) -> dict[str, Path]:
-    """Each task's data file; the tiny sets are generated (no network) when the data dir lacks them."""
+    """Each task's data file; the generated sets (tiny, small sums) are written (no network) when the data dir lacks
+    them."""
     files, missing = {}, []
     for task in tasks:
         path = data_dir / taskfiles.data_file(task)
         name = path.stem
-        if not path.exists() and name.startswith("tiny_"):
+        if not path.exists() and local_data.is_generated(name):
             path = scratch / path.name
             if not path.exists():
-                local_data.write_rows(scratch, name, local_data.tiny_rows(name))
+                local_data.write_rows(scratch, name, local_data.generated_rows(name))
         if not path.exists():
             missing.append(f"{task} needs {path}")
         files[task] = path.resolve()
@@ -276,11 +277,20 @@ def _longest_prompt(tokenizer, tasks: list[str], files: dict[str, Path], limit: 
     utils = importlib.import_module("eval.tasks.utils")  # the task files' own prompt functions
     texts = []
     for task in tasks:
-        to_text = getattr(utils, str(taskfiles.load_task(task)["doc_to_text"]).rsplit(".", 1)[-1])
-        texts += [to_text(row) for row in read_jsonl(files[task])[:limit]]
+        cfg = taskfiles.load_task(task)
+        to_text = getattr(utils, str(cfg["doc_to_text"]).rsplit(".", 1)[-1])
+        # A task's fixed worked examples (a `samples` function whose rows carry their `reply`) come first.
+        samples = (cfg.get("fewshot_config") or {}).get("samples")
+        shots = getattr(utils, str(samples).rsplit(".", 1)[-1])() if samples else []
+        turns = [(to_text(s), s["reply"]) for s in shots]
+        texts += [(turns, to_text(row)) for row in read_jsonl(files[task])[:limit]]
     if chat:
-        texts = [tokenizer.apply_chat_template([{"role": "user", "content": t}], tokenize=False,
-                                               add_generation_prompt=True) for t in texts]
+        texts = [tokenizer.apply_chat_template([{"role": r, "content": c} for q, a in turns
+                                                for r, c in (("user", q), ("assistant", a))]
+                                               + [{"role": "user", "content": t}], tokenize=False,
+                                               add_generation_prompt=True) for turns, t in texts]
+    else:
+        texts = ["".join(f"{q}\n{a}\n\n" for q, a in turns) + t for turns, t in texts]
     return max((len(ids) for ids in tokenizer(texts)["input_ids"]), default=0)
 
 

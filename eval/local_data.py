@@ -14,6 +14,7 @@ by default: trainer/tasks/data.py `data_dir`. Every row has at least
     countdown_train / countdown_heldout        10000 / 500         reasoning-gym countdown, seeds 0 and 10**9; the
                                                                    held-out set deduplicated against train
     tiny_train / tiny_test / tiny_ood          all / 200 / 200     trainer/tasks/tiny.py, seed 0
+    small_sums_test                            92                  trainer/tasks/small_sums.py test split, seed 0
 
 The MMLU counts are the paper's: they equal cais/mmlu's three splits combined (102+11+5, 100+8+5, 144+16+5), not
 its test split; an inferred choice, recorded in the task YAMLs and docs/evaluation.md.
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from record.files import atomic_write, sha256_file
+from trainer.tasks import small_sums as small_sums_task
 from trainer.tasks import tiny as tiny_task
 from trainer.tasks.common import read_jsonl, write_jsonl
 
@@ -62,13 +64,28 @@ SPECS: dict[str, DataSpec] = {s.name: s for s in (
     DataSpec("tiny_train", None, "trainer/tasks/tiny.py train split, seed 0", False),
     DataSpec("tiny_test", TINY_EVAL_SIZE, "trainer/tasks/tiny.py test split, seed 0, first 200", False),
     DataSpec("tiny_ood", TINY_EVAL_SIZE, "trainer/tasks/tiny.py ood split, seed 0, first 200", False),
+    DataSpec("small_sums_test", 92, "trainer/tasks/small_sums.py test split, seed 0, all of it", False),
 )}
+# The sets generated from the project's own tasks, pure in their name: an evaluation writes one it lacks into its
+# scratch directory (eval/evaluate.py), so a job never needs them prepared ahead.
+GENERATED = {"tiny_train": (tiny_task, "train"), "tiny_test": (tiny_task, "test"), "tiny_ood": (tiny_task, "ood"),
+             "small_sums_test": (small_sums_task, "test")}
+
+
+def is_generated(name: str) -> bool:
+    """Whether the set (a name, or its file name) is generated here rather than prepared from a hub."""
+    return str(name).removesuffix(".jsonl") in GENERATED
+
+
+def generated_rows(name: str) -> list[dict]:
+    """The rows of a generated set: pure in the name (the tasks' generators are deterministic)."""
+    task, split = GENERATED[name]
+    return task.make_split(split, SPECS[name].rows, seed=0)
 
 
 def tiny_rows(name: str) -> list[dict]:
-    """The rows of a tiny_* set: pure in the name (trainer/tasks/tiny.py is deterministic)."""
-    split = {"tiny_train": "train", "tiny_test": "test", "tiny_ood": "ood"}[name]
-    return tiny_task.make_split(split, SPECS[name].rows, seed=0)
+    """The rows of a tiny_* set (trainer/tasks/tiny.py)."""
+    return generated_rows(name)
 
 
 def countdown_key(row: dict) -> tuple:
@@ -161,9 +178,10 @@ def check(data_dir: Path, expected: dict[str, int] | None = None) -> list[str]:
         bad = [i for i, r in enumerate(rows) if not all(k in r for k in ("problem", "answer", "unique_id"))]
         if bad:
             problems.append(f"{name}: {len(bad)} row(s) lack problem/answer/unique_id (first: line {bad[0] + 1})")
-        if name.startswith("tiny_") and rows != json.loads(json.dumps(tiny_rows(name))):
-            problems.append(f"{name}: differs from trainer/tasks/tiny.py's generation (TASK_VERSION "
-                            f"{tiny_task.TASK_VERSION}); run `orchestrate data prepare` again")
+        if is_generated(name) and rows != json.loads(json.dumps(generated_rows(name))):
+            task = GENERATED[name][0]
+            problems.append(f"{name}: differs from {task.__name__.replace('.', '/')}.py's generation (TASK_VERSION "
+                            f"{task.TASK_VERSION}); run `orchestrate data prepare` again")
     if "countdown_train" in rows_of and "countdown_heldout" in rows_of:
         train = {countdown_key(r) for r in rows_of["countdown_train"] if "metadata" in r}
         overlap = sum(countdown_key(r) in train for r in rows_of["countdown_heldout"] if "metadata" in r)

@@ -197,8 +197,8 @@ def prepare(out: Path, fetch: Fetch | None = None, countdown_sizes: tuple[int, i
         written[name] = local_data.write_rows(out, name, rows)
         log(f"  {name}: {len(rows)} rows -> {out / local_data.SPECS[name].file}")
 
-    for name in ("tiny_train", "tiny_test", "tiny_ood"):
-        keep(name, local_data.tiny_rows(name))
+    for name in local_data.GENERATED:
+        keep(name, local_data.generated_rows(name))
     log(f"  countdown: generating {countdown_sizes[0]} train + {countdown_sizes[1]} held-out problems")
     train, heldout = local_data.countdown_rows(*countdown_sizes)
     keep("countdown_train", train)

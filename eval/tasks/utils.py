@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from eval.answers import grade
 from eval.mean_at_k import problem_metrics
-from trainer.tasks.data import PROMPT_SUFFIX
+from trainer.tasks.data import FEW_SHOT, PROMPT_SUFFIX
 
 # MMLU is graded on a letter, so the question says which one to box; the instruction after it is MATH's.
 MMLU_INSTRUCTION = "\n\nAnswer with the letter of the correct option."
@@ -74,3 +74,25 @@ def process_tiny_hendrycks(doc: dict, results: list) -> dict[str, float]:
 
 def process_tiny_math_verify(doc: dict, results: list) -> dict[str, float]:
     return _process("tiny", doc, results, "math_verify")
+
+
+# Small sums (trainer/tasks/small_sums.py) are asked after two worked examples, as the trainer asks them: lm-eval
+# renders these as earlier chat turns (fewshot_as_multiturn, which eval/shard_run.py sets with the chat template).
+def doc_to_text_small_sums(doc: dict) -> str:
+    return doc["problem"] + PROMPT_SUFFIX["small_sums"]
+
+
+def small_sums_shots() -> list[dict]:
+    return [{"problem": q, "reply": a} for q, a in FEW_SHOT["small_sums"]]
+
+
+def process_small_sums(doc: dict, results: list) -> dict[str, float]:
+    return _process("math", doc, results)
+
+
+def process_small_sums_hendrycks(doc: dict, results: list) -> dict[str, float]:
+    return _process("math", doc, results, "hendrycks")
+
+
+def process_small_sums_math_verify(doc: dict, results: list) -> dict[str, float]:
+    return _process("math", doc, results, "math_verify")

@@ -28,7 +28,7 @@ import os
 import shutil
 from pathlib import Path
 
-from eval import taskfiles
+from eval import local_data, taskfiles
 from trainer.config.run import TINY_MODEL, RunConfig
 from trainer.tasks.data import DEFAULT_FILES, GENERATED, data_dir
 
@@ -173,7 +173,7 @@ class Resolver:
                 file = self.data / taskfiles.data_file(task)
             except (OSError, KeyError, TypeError, ValueError):
                 continue  # an unknown task is the sweep checks' to refuse
-            if not file.is_file() and not file.name.startswith("tiny_"):  # the tiny sets are generated in the job
+            if not file.is_file() and not local_data.is_generated(file.name):  # generated in the job
                 self._note(f"eval.tasks: {task} reads {file}, which does not exist; run `orchestrate data prepare "
                            f"--out {self.data}`")
             self._carry(file)

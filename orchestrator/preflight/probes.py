@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval import taskfiles
+from eval import local_data, taskfiles
 from orchestrator.cluster import query
 from orchestrator.cluster.executor import Options, Submitted, first_launch, submit_probe, watcher_params
 from orchestrator.cluster.profile import resources_params
@@ -67,7 +67,7 @@ def _distinct(items) -> list:
 
 def _files(config, kind: str, data_dir: Path) -> list[str]:
     """The data files a job of this kind reads: training and validation files, or the evaluation tasks' files
-    (the tiny sets are generated in the job)."""
+    (the generated sets are written in the job)."""
     if kind == "train":
         d = config.data
         return [p for p in (d.train_path, d.val_path if d.val_every > 0 else None) if p]
@@ -77,7 +77,7 @@ def _files(config, kind: str, data_dir: Path) -> list[str]:
             name = taskfiles.data_file(task)
         except (OSError, KeyError, TypeError, ValueError):
             continue
-        if not str(name).startswith("tiny_"):
+        if not local_data.is_generated(name):
             out.append(str(data_dir / name))
     return out
 

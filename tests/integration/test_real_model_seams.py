@@ -65,26 +65,27 @@ def test_the_model_is_what_the_seams_need(engines):
     assert model_identity(path) == model_identity("smollm2-135m-instruct") == "project:smollm2-135m-instruct"
 
 
-def test_training_and_lm_eval_prompt_the_same_tokens(engines, tmp_path):
-    """lm-eval's rendered prompt (its own apply_chat_template over the task's doc_to_text) tokenises to the ids the
-    trainer's sampler feeds the policy for the same problem."""
+@pytest.mark.parametrize("task", ["tiny", "small_sums"])
+def test_training_and_lm_eval_prompt_the_same_tokens(engines, tmp_path, task):
+    """lm-eval's rendered prompt (its own apply_chat_template over the task's doc_to_text, small sums' two worked
+    examples as earlier turns) tokenises to the ids the trainer's sampler feeds the policy for the same problem."""
     from eval.evaluate import evaluate
     from trainer.rollout.sampler import encode
-    from trainer.tasks import tiny as tiny_task
-    from trainer.tasks.data import prompt_text
+    from trainer.tasks.data import GENERATED, prompt_text
 
     tok = engines["tok"]
-    evaluate(smollm2_dir(), tasks=["tiny"], limit=3, k=1, backend="hf", max_tokens=2, chat_template=True,
+    evaluate(smollm2_dir(), tasks=[task], limit=3, k=1, backend="hf", max_tokens=2, chat_template=True,
              out_dir=tmp_path / "eval", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}", log=lambda _: None)
     samples_file = next((tmp_path / "eval").rglob("seed_0.samples.jsonl"))
     samples = [json.loads(line) for line in samples_file.read_text().splitlines()]
-    examples = {ex["unique_id"]: ex for ex in tiny_task.make_split("test", 10)}
+    examples = {ex["unique_id"]: ex for ex in GENERATED[task].make_split("test", 10)}
     assert len(samples) == 3
     for sample in samples:
-        trained = encode(tok, prompt_text(tok, examples[sample["unique_id"]], "tiny", True), 64)
+        trained = encode(tok, prompt_text(tok, examples[sample["unique_id"]], task, True), 256)
         evaluated = tok(sample["prompt"], add_special_tokens=False)["input_ids"]
         assert evaluated == trained, (sample["prompt"], tok.decode(trained))
         assert sample["prompt"].startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+        assert ("<|im_start|>assistant\n2 + 3 = \\boxed{5}<|im_end|>" in sample["prompt"]) == (task == "small_sums")
 
 
 def test_both_engines_stop_at_im_end_keep_it_in_the_mask_and_flag_truncation_alike(engines):

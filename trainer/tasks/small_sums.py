@@ -44,5 +44,6 @@ def make_split(split: str, n: int | None = None, seed: int = 0) -> list[dict]:
     """`n` examples of `split` (all of it when None), in a seeded order; the same arguments give the same list."""
     check_split(split, SPLITS)
     pool = [p for p in universe() if held_out(f"small_sums:{p[0]}") == (split == "test")]
-    return [{"problem": q, "answer": latex(v), "split": split, "index": i, "task_version": TASK_VERSION}
+    return [{"problem": q, "answer": latex(v), "split": split, "index": i, "task_version": TASK_VERSION,
+             "unique_id": f"small_sums/{split}/{i}"}  # what an evaluation's samples are keyed by
             for i, (q, v) in enumerate(seeded_order(pool, f"{seed}:{split}", n))]
