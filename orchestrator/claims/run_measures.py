@@ -9,6 +9,9 @@ interval. Pure: histories and verdicts in, numbers out.
 - peak_kl: the largest `train/kl_k1` the run logged (nats per sequence).
 - The paired difference's interval: a t interval over seeds, t(S - 1) x sd / sqrt(S), the seeds being the only
   replication of a run-level measure (no problems to resample); with one seed there is no interval.
+- Across two sweeps (off-policy against on-policy, Appendix D.2) the runs share no prompts or batches, so nothing
+  pairs them: mean(a) - mean(b) with Welch's t interval (unequal variances, Welch-Satterthwaite degrees of freedom);
+  with one seed on a side there is no interval.
 - The collapse rate: the seeds whose collapse-detector verdict is one the claim counts (`PAPER_TERMS`) / seeds,
   with the Clopper-Pearson interval (exact, conservative: with three seeds, 0 of 3 gives [0, 0.71] at 95%).
 The quantiles are scipy.stats's (t, beta).
@@ -63,6 +66,19 @@ def paired_t(a: Sequence[float], b: Sequence[float], level: float) -> tuple[floa
         return estimate, math.nan, math.nan
     half = float(stats.t.ppf(1 - (1 - level) / 2, len(d) - 1)) * float(d.std(ddof=1)) / math.sqrt(len(d))
     return estimate, estimate - half, estimate + half
+
+
+def welch(a: Sequence[float], b: Sequence[float], level: float) -> tuple[float, float, float]:
+    """mean(a) - mean(b) over unpaired seeds with Welch's t interval (scipy.stats.ttest_ind, equal_var=False);
+    (estimate, nan, nan) with fewer than two seeds on a side."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    estimate = float(a.mean() - b.mean())
+    if len(a) < 2 or len(b) < 2:
+        return estimate, math.nan, math.nan
+    if np.ptp(a) == 0 and np.ptp(b) == 0:  # no spread on either side: the interval is the point
+        return estimate, estimate, estimate
+    ci = stats.ttest_ind(a, b, equal_var=False).confidence_interval(confidence_level=level)
+    return estimate, float(ci.low), float(ci.high)
 
 
 def rate(hits: int, n: int, level: float) -> tuple[float, float, float]:

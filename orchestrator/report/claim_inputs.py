@@ -4,7 +4,8 @@ per-sample files (eval/outcome.py `problem_scores`, the reader beside their writ
 
 The claims come from the sweep file when the report is given one (validated with it), else from the manifest of
 the launched sweep (orchestrator/launch/materialise.py keeps them there), and from any claims file given with
-`--claims`.
+`--claims`. A claim whose side b names another sweep (Appendix D.2's off-policy against on-policy) reads that
+sweep's cells from its own directory beside this one (<output_root>/<its name>, record/rundir.py's layout).
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from orchestrator.claims import files as claim_files
 from orchestrator.claims import parse as claim_spec
 from orchestrator.claims.parse import Claim
 from orchestrator.claims.verdicts import Cell, ScoresOf
+from orchestrator.launch.ledger import Ledger
 from orchestrator.report import paper
+from orchestrator.report.histories import read_histories
+from orchestrator.status.cells import cell_rows, current_records
 from record.errors import UserError
 from record.rundir import RunDir
 from record.tracking.run_names import read_manifest
@@ -56,6 +60,19 @@ def cells(rows: Sequence[Mapping], histories: Mapping[str, Mapping]) -> list[Cel
         tasks = tuple(dict.fromkeys(t for e in evals for t in e.get("tasks") or ()))
         out.append(Cell(row["run_key"], row["name"], row["axes"], paper.finished(row), bool(tasks), tasks,
                         row.get("verdict"), histories.get(row["run_key"], {})))
+    return out
+
+
+def other_sweeps(claims: Sequence[Claim], sweep_dir: Path) -> dict[str, list[Cell]]:
+    """The cells of every other sweep a claim's side b names, by name, from <output_root>/<name> (the sweep
+    directory's sibling); a sweep with no ledger there has not run and is left out (its claims read `missing`)."""
+    out = {}
+    for name in dict.fromkeys(c.other for c in claims if c.other):
+        there = sweep_dir.parent / name
+        if not Ledger(there).exists():
+            continue
+        records = current_records(there)
+        out[name] = cells(cell_rows(records), read_histories(records)[0])
     return out
 
 
