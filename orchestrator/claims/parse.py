@@ -31,9 +31,10 @@ instability claim (Appendix D.2's off-policy against on-policy): b's cells are t
 until that sweep has run.
 
 A run `measure` (orchestrator/claims/run_measures.py): `drop`, the largest fall of held-out pass@1 from its running
-best; `mean_pass`, the mean of held-out pass@1 over the run's evaluations (the level of its training curve); or
-`peak_kl`, the largest `train/kl_k1` the run logged. A collapse rate's `counts` are the paper's words for the collapse
-detector's verdicts (`run_measures.PAPER_TERMS`, the one place they are mapped): default `complete collapse`.
+best; `mean_pass`, the mean of held-out pass@1 over the run's evaluations (the level of its training curve);
+`peak_kl`, the largest `train/kl_k1` the run logged; or `mean_entropy`, the mean of `train/entropy` over training.
+A collapse rate's `counts` are the paper's words for the collapse detector's verdicts (`run_measures.PAPER_TERMS`,
+the one place they are mapped): default `complete collapse`.
 
 Evidence. Every claim carries `evidence: {section, figure, quote}`: where the paper says it and a short quote of the
 sentence it tests, or is marked `extension: true`: the project's own claim (a researcher's, or the paper's read at
@@ -61,7 +62,7 @@ EQUIVALENCES = ("equivalence", "run_equivalence")  # verdict: inside [-margin, m
 GROUPED = ("group_relative", "group_contrast")
 STATISTICS = SCORE_STATISTICS + RUN_STATISTICS
 METRICS = ("mean@k", "pass@k")  # per problem: the mean of its k samples' scores; 1 if any sample is right
-MEASURES = ("drop", "mean_pass", "peak_kl")
+MEASURES = ("drop", "mean_pass", "peak_kl", "mean_entropy")
 KEYS = ("id", "words", "where", "evidence", "extension", "note", "statistic", "a", "b", "per", "tasks", "groups",
         "metric", "expect", "boundary", "margin", "x", "log", "measure", "counts", "paper")
 EVIDENCE_KEYS = ("section", "figure", "quote")

@@ -243,8 +243,7 @@ def _instability(claim, row, labels, by_key, level) -> Result:
     words = f"{claim.measure} ({key}): {a.name} - {b.name}"
     if any(x is None for pair in pairs for x in pair):
         return Result(claim, row.label, labels, words, "not computed",
-                      note=f"no {key} history for some of the compared cells (the trainer logs it when "
-                           f"data.val_every is set)")
+                      note=f"no {key} history for some of the compared cells ({run_measures.MEASURE_SOURCES[key]})")
     estimate, low, high = run_measures.paired_t([p[0] for p in pairs], [p[1] for p in pairs], level)
     note = "ONE seed: no interval" if len(seeds) < 2 else ""
     return Result(claim, row.label, labels, words, verdict(claim, low, high), estimate, low, high, "",
@@ -259,8 +258,7 @@ def _across(claim, row, labels, by_key, level, key) -> Result:
     words = f"{claim.measure} ({key}): {a.name} - {b.name} of sweep {claim.other}"
     if any(x is None for side in values for x in side):
         return Result(claim, row.label, labels, words, "not computed",
-                      note=f"no {key} history for some of the compared cells (the trainer logs it when "
-                           f"data.val_every is set)")
+                      note=f"no {key} history for some of the compared cells ({run_measures.MEASURE_SOURCES[key]})")
     estimate, low, high = run_measures.welch(values[0], values[1], level)
     note = f"{len(a.seeds)} seeds against {len(b.seeds)} of sweep {claim.other}" + (
         "; ONE seed on a side: no interval" if min(len(a.seeds), len(b.seeds)) < 2 else "")
