@@ -20,16 +20,21 @@ one value). The statistics (orchestrator/claims/stats.py, orchestrator/claims/ru
 | group_relative | the mean over a task group of each task's (a - b) / b, per group | as difference |
 | equivalence | a - b, per task | lies inside [-margin, margin]; contradicted when wholly outside |
 | slope | mean score against `x` (log x with `log: true`) over a's cells, per task | as difference |
-| collapse_rate | the share of a's seeds the collapse detector flagged | as difference (a rate) |
 | group_contrast | group_relative over the first of `groups` minus over the second | as difference |
 | collapse_rate | the share of a's seeds whose detector verdict is one of `counts` | as difference (a rate) |
 | instability | a run `measure` of a minus b's, paired by seed | as difference |
 | run_equivalence | a run `measure` of a minus b's, paired by seed | as equivalence |
 
+Across sweeps: side b may name another sweep, `b: {sweep: onpolicy, model: qwen2.5-7b, kl.placement: loss}`, for an
+instability claim (Appendix D.2's off-policy against on-policy): b's cells are that sweep's (its run directories,
+<output_root>/onpolicy), the runs are not paired (a - b over seeds, Welch's interval), and the rows read `missing`
+until that sweep has run.
+
 A run `measure` (orchestrator/claims/run_measures.py): `drop`, the largest fall of held-out pass@1 from its running
-best; `mean_pass`, the mean of held-out pass@1 over the run's evaluations (the level of its training curve); or
-`peak_kl`, the largest `train/kl_k1` the run logged. A collapse rate's `counts` are the paper's words for the collapse
-detector's verdicts (`run_measures.PAPER_TERMS`, the one place they are mapped): default `complete collapse`.
+best; `mean_pass`, the mean of held-out pass@1 over the run's evaluations (the level of its training curve);
+`peak_kl`, the largest `train/kl_k1` the run logged; or `mean_entropy`, the mean of `train/entropy` over training.
+A collapse rate's `counts` are the paper's words for the collapse detector's verdicts (`run_measures.PAPER_TERMS`,
+the one place they are mapped): default `complete collapse`.
 
 Evidence. Every claim carries `evidence: {section, figure, quote}`: where the paper says it and a short quote of the
 sentence it tests, or is marked `extension: true`: the project's own claim (a researcher's, or the paper's read at
@@ -57,7 +62,7 @@ EQUIVALENCES = ("equivalence", "run_equivalence")  # verdict: inside [-margin, m
 GROUPED = ("group_relative", "group_contrast")
 STATISTICS = SCORE_STATISTICS + RUN_STATISTICS
 METRICS = ("mean@k", "pass@k")  # per problem: the mean of its k samples' scores; 1 if any sample is right
-MEASURES = ("drop", "mean_pass", "peak_kl")
+MEASURES = ("drop", "mean_pass", "peak_kl", "mean_entropy")
 KEYS = ("id", "words", "where", "evidence", "extension", "note", "statistic", "a", "b", "per", "tasks", "groups",
         "metric", "expect", "boundary", "margin", "x", "log", "measure", "counts", "paper")
 EVIDENCE_KEYS = ("section", "figure", "quote")
@@ -115,6 +120,7 @@ class Claim:
     extension: bool = False
     note: str = ""
     counts: tuple[str, ...] = ("complete collapse",)
+    other: str | None = None  # the sweep side b's cells come from; None: this sweep's
 
     def paper_row(self, labels: Mapping[str, Any]) -> PaperRow | None:
         """The paper's entry for a row, by its labels (axis values, and `task` or `group`); None if none."""
@@ -146,7 +152,7 @@ class Claim:
         if self.statistic == "collapse_rate":
             out["counts"] = list(self.counts)
         if self.b:
-            out["b"] = _plain(self.b)
+            out["b"] = {**({"sweep": self.other} if self.other else {}), **_plain(self.b)}
         for key in ("per", "groups"):
             if getattr(self, key):
                 out[key] = list(getattr(self, key))
@@ -194,6 +200,7 @@ def parse(raw: Any, where: str, groups: Mapping[str, Sequence[str]], problems: l
     stat = raw.get("statistic")
     if stat not in STATISTICS:
         problems.append(f"{at}: statistic {stat!r}; valid: {', '.join(STATISTICS)}")
+    other = _other(raw, stat, at, problems)
     a, b = _side(raw.get("a"), f"{at}.a", problems, needed=True), _side(raw.get("b"), f"{at}.b", problems,
                                                                         needed=stat not in ("slope", "collapse_rate"))
     if stat in ("slope", "collapse_rate") and raw.get("b") is not None:
@@ -242,7 +249,22 @@ def parse(raw: Any, where: str, groups: Mapping[str, Sequence[str]], problems: l
         place = f"{evidence.section}, {evidence.figure}"
     return Claim(cid, stat, a, b, tuple(per), None if tasks is None else tuple(tasks), tuple(chosen), metric,
                  expect, float(boundary), None if margin is None else float(margin), x, bool(raw.get("log", False)),
-                 measure, str(words), str(place), paper, evidence, bool(extension), str(note), counts)
+                 measure, str(words), str(place), paper, evidence, bool(extension), str(note), counts, other)
+
+
+def _other(raw: Mapping, stat: Any, at: str, problems: list[str]) -> str | None:
+    """The sweep side b names (`sweep:`), or None; only b may, and only for an instability claim."""
+    if isinstance(raw.get("a"), Mapping) and "sweep" in raw["a"]:
+        problems.append(f"{at}: a names a sweep; side a is the sweep's own cells: name the other sweep in b")
+    other = raw["b"].get("sweep") if isinstance(raw.get("b"), Mapping) else None
+    if other is None:
+        return None
+    if not isinstance(other, str) or not other.strip():
+        problems.append(f"{at}.b.sweep: {other!r}; give the other sweep's name (its sweep.name: onpolicy)")
+    if stat != "instability":
+        problems.append(f"{at}: b names sweep {other!r}, but only an instability claim compares two sweeps' runs "
+                        f"(unpaired); a {stat} pairs its cells within one sweep")
+    return other if isinstance(other, str) else None
 
 
 def _evidence(raw: Any, where: str, problems: list[str], inherit: Evidence | None = None) -> Evidence | None:
@@ -294,6 +316,8 @@ def _side(raw: Any, where: str, problems: list[str], needed: bool) -> dict[str, 
         return {}
     side = {}
     for key, value in raw.items():
+        if key == "sweep":  # not an axis: the sweep the side's cells come from (`_other`)
+            continue
         values = tuple(value) if isinstance(value, list) else (value,)
         if not isinstance(key, str) or key == "seed" or not values or any(isinstance(v, (dict, list)) for v in values):
             problems.append(f"{where}.{key}: {value!r}; give an axis of the sweep (not seed: claims pair seeds) "

@@ -5,7 +5,9 @@ cells at `validate`, the ledger's records at `report`, so the two see the same r
 claim's `per` axes; in it, side a selects the cells matching `a` and the row, side b those matching `b` and the row
 (a row's value applies to side b unless b names that axis itself: `b: {kl.beta: 0}` is the beta = 0 cell of every
 row of `per: [kl.beta]`). Each side must be ONE configuration (the axes without the seed) with the same seeds as
-the other side; a slope's side a is one configuration per value of `x`.
+the other side; a slope's side a is one configuration per value of `x`. A claim whose side b names another sweep
+(`claim.other`) takes b from `other`, that sweep's cells, unpaired; without them (`validate`, which reads one sweep)
+its rows have side a only.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ class Config:
 class Row:
     labels: tuple[tuple[str, Any], ...]  # the `per` axes' values
     a: tuple[Config, ...]  # one configuration; a slope's: one per x value, in x order
-    b: tuple[Config, ...]  # () for a slope and a collapse rate
+    b: tuple[Config, ...]  # () for a slope and a collapse rate, and for another sweep's side not read
+    paired: bool = True  # False: b is another sweep's, its seeds not a's
 
     @property
     def label(self) -> str:
@@ -48,26 +51,27 @@ class Row:
         return [k for c in (*self.a, *self.b) for k in c.seeds.values()]
 
 
-def rows(claim: Claim, cells: Iterable[tuple[str, Mapping]], problems: list[str]) -> list[Row]:
-    """The claim's rows over `cells`; every problem (an axis or value the cells lack, a side that selects no cell
-    or several configurations, unpaired seeds) appended, naming the claim."""
+def rows(claim: Claim, cells: Iterable[tuple[str, Mapping]], problems: list[str],
+         other: Iterable[tuple[str, Mapping]] | None = None) -> list[Row]:
+    """The claim's rows over `cells` (side b's over `other`, the cells of the sweep `claim.other` names); every
+    problem (an axis or value the cells lack, a side that selects no cell or several configurations, unpaired
+    seeds) appended, naming the claim."""
     configs = _configs(cells)  # matched as configurations (tens), not cells (a 10,000-cell sweep's seeds)
-    values: dict[str, list] = {}
-    for config in configs:
-        for k, v in config.axes:
-            if not any(same(v, w) for w in values.setdefault(k, [])):
-                values[k].append(v)
+    configs_b = configs if claim.other is None else None if other is None else _configs(other)
+    values, values_b = _values(configs), _values(configs_b or [])
     before = len(problems)
-    for side in ("a", "b"):
+    whose_b = f"sweep {claim.other}" if claim.other else "this sweep"
+    for side in ("a", "b") if configs_b is not None else ("a",):
+        known, whose = (values, "this sweep") if side == "a" else (values_b, whose_b)
         for axis, wanted in getattr(claim, side).items():
-            if axis not in values:
-                problems.append(f"claim {claim.id}: {side} names {axis}, not an axis of this sweep; its axes: "
-                                f"{', '.join(values) or 'none'}")
+            if axis not in known:
+                problems.append(f"claim {claim.id}: {side} names {axis}, not an axis of {whose}; its axes: "
+                                f"{', '.join(known) or 'none'}")
                 continue
-            lacking = [w for w in wanted if not any(same(w, v) for v in values[axis])]
+            lacking = [w for w in wanted if not any(same(w, v) for v in known[axis])]
             if lacking:
                 problems.append(f"claim {claim.id}: {side}: {axis} {', '.join(map(format_value, lacking))} is not "
-                                f"in this sweep; {axis} takes {', '.join(map(format_value, values[axis]))}")
+                                f"in {whose}; {axis} takes {', '.join(map(format_value, known[axis]))}")
     if claim.x is not None and claim.x not in values:
         problems.append(f"claim {claim.id}: x {claim.x} is not an axis of this sweep; its axes: {', '.join(values)}")
     if len(problems) > before:
@@ -78,8 +82,9 @@ def rows(claim: Claim, cells: Iterable[tuple[str, Mapping]], problems: list[str]
     for labels in dict.fromkeys(tuple(dict(c.axes).get(p) for p in per) for c in side_a):
         row_labels = tuple(zip(per, labels))
         a = [c for c in side_a if _in_row(dict(c.axes), row_labels, {})]
-        b = [c for c in configs if _matches(dict(c.axes), claim.b) and _in_row(dict(c.axes), row_labels, claim.b)]
-        row = _row(claim, row_labels, a, b, problems)
+        b = [c for c in configs_b or [] if _matches(dict(c.axes), claim.b)
+             and _in_row(dict(c.axes), row_labels, claim.b)]
+        row = _row(claim, row_labels, a, b, problems, read_b=configs_b is not None)
         found += [row] if row else []
     return found
 
@@ -113,6 +118,16 @@ def row_tasks(claim: Claim, row: Row, tasks_of: Mapping[str, Sequence[str]], gro
     return {t: [t] for t in wanted if t in common}
 
 
+def _values(configs: Iterable[Config]) -> dict[str, list]:
+    """axis -> the distinct values the configurations take."""
+    values: dict[str, list] = {}
+    for config in configs:
+        for k, v in config.axes:
+            if not any(same(v, w) for w in values.setdefault(k, [])):
+                values[k].append(v)
+    return values
+
+
 def _matches(axes: Mapping, side: Mapping[str, tuple]) -> bool:
     return all(k in axes and any(same(axes[k], v) for v in wanted) for k, wanted in side.items())
 
@@ -131,7 +146,8 @@ def _configs(cells: Iterable[tuple[str, Mapping]]) -> list[Config]:
     return [Config(axes, seeds) for axes, seeds in by.values()]
 
 
-def _row(claim: Claim, labels: tuple, a: list[Config], b: list[Config], problems: list[str]) -> Row | None:
+def _row(claim: Claim, labels: tuple, a: list[Config], b: list[Config], problems: list[str],
+         read_b: bool = True) -> Row | None:
     where = f"claim {claim.id}" + (f" ({', '.join(f'{k} {format_value(v)}' for k, v in labels)})" if labels else "")
     before = len(problems)
     if claim.statistic == "slope":
@@ -150,19 +166,21 @@ def _row(claim: Claim, labels: tuple, a: list[Config], b: list[Config], problems
     elif len(a) != 1:
         problems.append(f"{where}: side a selects {len(a)} configurations ({', '.join(c.name for c in a)}); "
                         f"name the axes that tell them apart in a, or add them to per")
-    needs_b = claim.statistic not in ("slope", "collapse_rate")
+    needs_b = claim.statistic not in ("slope", "collapse_rate") and read_b
     if needs_b and len(b) != 1:
-        problems.append(f"{where}: side b selects {len(b)} configurations"
+        problems.append(f"{where}: side b{f' (sweep {claim.other})' if claim.other else ''} selects {len(b)} "
+                        f"configurations"
                         f"{' (' + ', '.join(c.name for c in b) + ')' if b else ''}; give b the axes of one "
                         f"configuration")
     if len(problems) > before:
         return None
-    seeds = {frozenset(c.seeds) for c in (*a, *(b if needs_b else ()))}
+    paired = claim.other is None  # another sweep's runs share no prompts or batches with these: nothing to pair
+    seeds = {frozenset(c.seeds) for c in (*a, *(b if needs_b and paired else ()))}
     if len(seeds) > 1:
         problems.append(f"{where}: the configurations do not share their seeds ("
                         + "; ".join(f"{c.name}: {sorted(c.seeds)}" for c in (*a, *b)) + "); claims pair seeds")
         return None
-    return Row(labels, tuple(a), tuple(b if needs_b else ()))
+    return Row(labels, tuple(a), tuple(b if needs_b else ()), paired)
 
 
 def summary_line(claims: Sequence[Claim], cells: Iterable[tuple[str, Mapping]], seeds: int) -> str:
@@ -178,7 +196,8 @@ def summary_line(claims: Sequence[Claim], cells: Iterable[tuple[str, Mapping]], 
         beyond = [r.label or "its one row" for r in found[claim.id] if claim.is_extension(dict(r.labels))
                   and not claim.extension]
         said = str(claim.evidence) if claim.evidence else "no evidence in the paper"
-        lines.append(f"  {claim.id}{' (the project’s extension)' if claim.extension else ''}: {said}"
+        across = f"; side b: the cells of sweep {claim.other} (read at report, unpaired)" if claim.other else ""
+        lines.append(f"  {claim.id}{' (the project’s extension)' if claim.extension else ''}: {said}{across}"
                      + (f"; rows the paper does not report (shown apart): {'; '.join(beyond)}" if beyond else "")
                      + (f"; note: {claim.note}" if claim.note else ""))
     return "\n".join(lines)

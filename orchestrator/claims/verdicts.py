@@ -4,8 +4,9 @@ a verdict beside the paper's number. Pure: the cells, their per-problem scores a
 
 Verdicts: `holds` (the interval lies on the claim's side of its boundary; for an equivalence, inside the margin),
 `contradicted` (wholly on the other side; for an equivalence, wholly outside the margin), `inconclusive` (it spans
-the boundary), `missing` (a compared cell has not finished: nothing is computed from part of the cells), and `not
-computed` (the claim does not fit the cells: the reason is given).
+the boundary), `missing` (a compared cell has not finished, or the other sweep a claim compares against has not run:
+nothing is computed from part of the cells), and `not computed` (the claim does not fit the cells: the reason is
+given).
 """
 
 from __future__ import annotations
@@ -76,13 +77,22 @@ class Result:
 
 
 def evaluate(claims: Sequence[Claim], cells: Sequence[Cell], groups: Mapping[str, Sequence[str]],
-             scores_of: ScoresOf, level: float = 0.95, method: str = intervals.DEFAULT_METHOD) -> list[Result]:
-    """Every claim's rows, in order."""
-    by_key = {c.run_key: c for c in cells}
+             scores_of: ScoresOf, level: float = 0.95, method: str = intervals.DEFAULT_METHOD,
+             others: Mapping[str, Sequence[Cell]] | None = None) -> list[Result]:
+    """Every claim's rows, in order. `others`: the cells of each other sweep a claim names (`claim.other`), by
+    sweep name; a sweep absent from it has not run."""
+    others = others or {}
+    by_key = {c.run_key: c for c in (*cells, *(c for more in others.values() for c in more))}
     out: list[Result] = []
     for claim in claims:
         problems: list[str] = []
-        found = claim_rows.rows(claim, [(c.run_key, c.axes) for c in cells], problems)
+        if claim.other is not None and claim.other not in others:
+            out.append(Result(claim, "", {}, claim.statistic, "missing",
+                              note=f"sweep {claim.other}, which side b reads, has not run: no ledger at "
+                                   f"<output_root>/{claim.other}"))
+            continue
+        other = None if claim.other is None else [(c.run_key, c.axes) for c in others[claim.other]]
+        found = claim_rows.rows(claim, [(c.run_key, c.axes) for c in cells], problems, other)
         if problems or not found:
             out.append(Result(claim, "", {}, claim.statistic, "not computed",
                               note="; ".join(problems) or "no cell of the sweep matches side a"))
@@ -224,6 +234,8 @@ def _collapse_rate(claim, row, labels, by_key, level) -> Result:
 
 def _instability(claim, row, labels, by_key, level) -> Result:
     key = run_measures.MEASURE_KEYS[claim.measure]
+    if not row.paired:
+        return _across(claim, row, labels, by_key, level, key)
     (a,), (b,) = row.a, row.b
     seeds = sorted(a.seeds)
     pairs = [(run_measures.measure(claim.measure, by_key[a.seeds[s]].history.get(key, ())),
@@ -231,9 +243,24 @@ def _instability(claim, row, labels, by_key, level) -> Result:
     words = f"{claim.measure} ({key}): {a.name} - {b.name}"
     if any(x is None for pair in pairs for x in pair):
         return Result(claim, row.label, labels, words, "not computed",
-                      note=f"no {key} history for some of the compared cells (the trainer logs it when "
-                           f"data.val_every is set)")
+                      note=f"no {key} history for some of the compared cells ({run_measures.MEASURE_SOURCES[key]})")
     estimate, low, high = run_measures.paired_t([p[0] for p in pairs], [p[1] for p in pairs], level)
     note = "ONE seed: no interval" if len(seeds) < 2 else ""
     return Result(claim, row.label, labels, words, verdict(claim, low, high), estimate, low, high, "",
                   len(seeds), {}, "t interval over seeds (paired)", note)
+
+
+def _across(claim, row, labels, by_key, level, key) -> Result:
+    """An instability claim whose side b is another sweep's: a's seeds against b's, unpaired (Welch)."""
+    (a,), (b,) = row.a, row.b
+    values = [[run_measures.measure(claim.measure, by_key[k].history.get(key, ())) for k in c.seeds.values()]
+              for c in (a, b)]
+    words = f"{claim.measure} ({key}): {a.name} - {b.name} of sweep {claim.other}"
+    if any(x is None for side in values for x in side):
+        return Result(claim, row.label, labels, words, "not computed",
+                      note=f"no {key} history for some of the compared cells ({run_measures.MEASURE_SOURCES[key]})")
+    estimate, low, high = run_measures.welch(values[0], values[1], level)
+    note = f"{len(a.seeds)} seeds against {len(b.seeds)} of sweep {claim.other}" + (
+        "; ONE seed on a side: no interval" if min(len(a.seeds), len(b.seeds)) < 2 else "")
+    return Result(claim, row.label, labels, words, verdict(claim, low, high), estimate, low, high, "",
+                  min(len(a.seeds), len(b.seeds)), {}, "Welch t interval over seeds (unpaired: two sweeps)", note)

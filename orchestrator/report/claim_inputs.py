@@ -4,7 +4,9 @@ per-sample files (eval/outcome.py `problem_scores`, the reader beside their writ
 
 The claims come from the sweep file when the report is given one (validated with it), else from the manifest of
 the launched sweep (orchestrator/launch/materialise.py keeps them there), and from any claims file given with
-`--claims`.
+`--claims`. A claim whose side b names another sweep (Appendix D.2's off-policy against on-policy) reads that
+sweep's cells from its own directory beside this one (<output_root>/<its name>, record/rundir.py's layout). A run
+measure whose key the report's curves do not draw (`train/entropy`) is read from MLflow for the claims alone.
 """
 
 from __future__ import annotations
@@ -15,12 +17,18 @@ from pathlib import Path
 from eval.outcome import problem_scores
 from orchestrator.claims import files as claim_files
 from orchestrator.claims import parse as claim_spec
+from orchestrator.claims import run_measures
 from orchestrator.claims.parse import Claim
 from orchestrator.claims.verdicts import Cell, ScoresOf
+from orchestrator.launch.ledger import Ledger
 from orchestrator.report import paper
+from orchestrator.report.histories import read_histories
+from orchestrator.status.cells import cell_rows, current_records
 from record.errors import UserError
 from record.rundir import RunDir
 from record.tracking.run_names import read_manifest
+from record.tracking.sweep import metric_histories
+from record.tracking.tracker import read_run_file
 
 
 def sweep_claims(sweep: str, overrides: Sequence[str], sweep_dir: Path,
@@ -56,6 +64,44 @@ def cells(rows: Sequence[Mapping], histories: Mapping[str, Mapping]) -> list[Cel
         tasks = tuple(dict.fromkeys(t for e in evals for t in e.get("tasks") or ()))
         out.append(Cell(row["run_key"], row["name"], row["axes"], paper.finished(row), bool(tasks), tasks,
                         row.get("verdict"), histories.get(row["run_key"], {})))
+    return out
+
+
+def measure_histories(claims: Sequence[Claim], records: Mapping[str, Mapping],
+                      histories: Mapping[str, Mapping]) -> dict[str, dict]:
+    """`histories` with the keys the claims' run measures read that the curves do not (paper.CURVES), from each
+    cell's MLflow run; a cell without one, or a store that cannot be reached, keeps what it had (its claims then
+    read `not computed`, saying why)."""
+    keys = {run_measures.MEASURE_KEYS[c.measure] for c in claims if c.statistic in ("instability", "run_equivalence")}
+    extra = sorted(keys - set(paper.CURVES))
+    out = {key: dict(h) for key, h in histories.items()}
+    if not extra:
+        return out
+    by_uri: dict[str, dict[str, str]] = {}
+    for key, record in records.items():
+        info = read_run_file(Path(record["run_dir"]))
+        if info.get("run_id") and info.get("tracking_uri"):
+            by_uri.setdefault(info["tracking_uri"], {})[key] = info["run_id"]
+    for uri, run_ids in by_uri.items():
+        try:
+            found = metric_histories(uri, run_ids, extra)
+        except ConnectionError:
+            continue
+        for key, more in found.items():
+            out.setdefault(key, {}).update(more)
+    return out
+
+
+def other_sweeps(claims: Sequence[Claim], sweep_dir: Path) -> dict[str, list[Cell]]:
+    """The cells of every other sweep a claim's side b names, by name, from <output_root>/<name> (the sweep
+    directory's sibling); a sweep with no ledger there has not run and is left out (its claims read `missing`)."""
+    out = {}
+    for name in dict.fromkeys(c.other for c in claims if c.other):
+        there = sweep_dir.parent / name
+        if not Ledger(there).exists():
+            continue
+        records = current_records(there)
+        out[name] = cells(cell_rows(records), measure_histories(claims, records, read_histories(records)[0]))
     return out
 
 

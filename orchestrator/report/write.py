@@ -69,8 +69,10 @@ def write_report(sweep: str, overrides: Sequence[str] = (), out: str | None = No
     images: dict[str, bytes] = {}
     figures = _figures(cells, data, kls, bases, where, images)
     gaps = paper.coverage(data, read_manifest(sweep_dir).get("cells", []))
-    results = verdicts.evaluate(claim_list, claim_inputs.cells(data, histories), groups,
-                                claim_inputs.scores_reader(records, data), level, method)
+    measured = claim_inputs.measure_histories(claim_list, records, histories)  # the claims' keys the curves lack
+    results = verdicts.evaluate(claim_list, claim_inputs.cells(data, measured), groups,
+                                claim_inputs.scores_reader(records, data), level, method,
+                                claim_inputs.other_sweeps(claim_list, sweep_dir))
     made = bias.table(configs)  # each distinct objective on the toy model: a second or two, torch included
     acting = kl_response.check([{**c, "config": configs[c["row"]["run_key"]]} for c in cells],
                                kl_response.directions(configs), level)  # a KL term that does nothing, flagged
