@@ -139,6 +139,7 @@ def vllm_model_args(model_dir: Path, seed: int, tensor_parallel_size: int = 1,
         args["gpu_memory_utilization"] = float(gpu_memory_utilization)
     else:
         args["enforce_eager"] = True  # see the module docstring: compiling costs ~30 s of engine start on CPU
+        args.update(vllm_support.CPU_ENGINE_ARGS)  # whole prompts: a chunked seeded prefill kills the CPU engine
     if max_model_len is not None:
         args["max_model_len"] = int(max_model_len)
     return {**args, **extra}

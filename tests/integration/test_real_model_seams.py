@@ -173,3 +173,20 @@ def test_a_prompt_budget_the_chat_template_does_not_fit_is_one_message(engines, 
         check_prompt_budget(config(24), engines["tok"])  # every prompt would lose its system turn
     with pytest.raises(UserError, match=r"math instruction alone take 4\d tokens"):
         check_prompt_budget(config(40, "math"), engines["tok"])
+
+
+def test_the_held_out_validation_of_small_sums_samples_on_the_cpu_engine(engines):
+    """vLLM's CPU engine died ("CPU Generator does not use offset") on the trainer's held-out validation of small
+    sums: 92 seeded prompts of 105 tokens sharing their worked examples pass the scheduler's 4,096-token budget, and
+    a chunked prefill of a seeded request is what the CPU sampler cannot resume. The engine runs whole prompts on CPU
+    (trainer/rollout/vllm_support.py CPU_ENGINE_ARGS)."""
+    from trainer.rollout.engine import Sampling
+    from trainer.rollout.sampler import encode
+    from trainer.tasks import small_sums
+    from trainer.tasks.data import prompt_text
+
+    tok = engines["tok"]
+    prompts = [encode(tok, prompt_text(tok, ex, "small_sums", True), 112) for ex in small_sums.make_split("test")]
+    assert len(prompts) == 92 and sum(map(len, prompts)) > 4096
+    ro = engines["vllm"].generate(prompts, 1, Sampling(max_new_tokens=4), seed=10**6 + 4 * 101)
+    assert len(ro.response_ids) == 92 and all(1 <= len(r) <= 4 for r in ro.response_ids)

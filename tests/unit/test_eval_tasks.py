@@ -114,7 +114,7 @@ def test_vllm_model_args_are_lm_evals_own_or_pass_through_to_vllm():
     assert init.args.kwarg is not None  # the rest goes into vllm.LLM(**kwargs)
     assert {"pretrained", "dtype", "seed", "tensor_parallel_size", "data_parallel_size", "max_model_len"} <= own
     for gpu, passed_through in ((True, {"gpu_memory_utilization", "enable_prefix_caching"}),
-                                (False, {"enforce_eager", "enable_prefix_caching"})):
+                                (False, {"enforce_eager", "enable_prefix_caching", "enable_chunked_prefill"})):
         args = backends.vllm_model_args(Path("/m"), seed=3, tensor_parallel_size=2, max_model_len=5120, gpu=gpu)
         assert set(args) - own == passed_through
         assert args["seed"] == 3 and args["tensor_parallel_size"] == 2 and args["data_parallel_size"] == 1

@@ -105,6 +105,8 @@ class VLLMEngine:
             kwargs["distributed_executor_backend"] = "external_launcher"
         if gpu:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        else:
+            kwargs.update(vllm_support.CPU_ENGINE_ARGS)
         self.tokenizer = tokenizer
         # Eager on CPU: compiling costs ~20 s of engine start and gains nothing on a tiny model.
         eager = (not gpu) if enforce_eager is None else enforce_eager

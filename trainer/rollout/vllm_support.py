@@ -79,6 +79,13 @@ def length_problem(max_model_len: int | None, needed_len: int | None) -> str | N
     return None
 
 
+# vLLM's CPU build cannot resume a seeded request's sampler after a chunked prefill: once a batch's prompts pass the
+# scheduler's 4,096-token budget and share a cached prefix, it calls `set_offset` on a CPU generator ("CPU Generator
+# does not use offset") and the engine dies (seen: 92 small-sums prompts of 105 tokens sharing their worked examples,
+# at the trainer's held-out validation). Whole prompts only on CPU; on CUDA chunking stays vLLM's default.
+CPU_ENGINE_ARGS = {"enable_chunked_prefill": False}
+
+
 def prepare_environment(in_process: bool = True) -> None:
     """Environment vLLM reads at import: on CPU a bounded KV cache; with `in_process`, the engine core in this
     process (the trainer loads weights into its worker; no engine-core subprocess outlives a killed job)."""
