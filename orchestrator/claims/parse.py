@@ -11,7 +11,8 @@ for each row the paper reports); a sweep names the ones it tests, and a research
 
 A claim compares cells: side `a` against side `b`, each a mapping axis -> value (or a list of values) that selects
 cells; `per` lists axes that split it into rows, one test each (an axis the sweep does not vary is dropped: it takes
-one value). The statistics (orchestrator/claims/stats.py, orchestrator/claims/run_measures.py):
+one value). Side b may be a base model of `sweep.baselines`, `b: {baseline: MODEL}`, with `a: {}` for every trained
+cell (orchestrator/claims/rows.py). The statistics (orchestrator/claims/stats.py, orchestrator/claims/run_measures.py):
 
 | statistic | compares | verdict: holds when the interval |
 |---|---|---|
@@ -201,8 +202,10 @@ def parse(raw: Any, where: str, groups: Mapping[str, Sequence[str]], problems: l
     if stat not in STATISTICS:
         problems.append(f"{at}: statistic {stat!r}; valid: {', '.join(STATISTICS)}")
     other = _other(raw, stat, at, problems)
-    a, b = _side(raw.get("a"), f"{at}.a", problems, needed=True), _side(raw.get("b"), f"{at}.b", problems,
-                                                                        needed=stat not in ("slope", "collapse_rate"))
+    # Side a may be every trained cell ({}) when side b is a base model: a sweep of one configuration against it.
+    against_base = isinstance(raw.get("b"), Mapping) and "baseline" in raw["b"]
+    a = _side(raw.get("a"), f"{at}.a", problems, needed=True, empty=against_base)
+    b = _side(raw.get("b"), f"{at}.b", problems, needed=stat not in ("slope", "collapse_rate"))
     if stat in ("slope", "collapse_rate") and raw.get("b") is not None:
         problems.append(f"{at}: a {stat} reads side a only; drop b")
     per = _names(raw.get("per", []), f"{at}.per", problems)
@@ -306,12 +309,12 @@ def _counts(raw: Any, stat: Any, at: str, problems: list[str]) -> tuple[str, ...
     return tuple(names)
 
 
-def _side(raw: Any, where: str, problems: list[str], needed: bool) -> dict[str, tuple]:
+def _side(raw: Any, where: str, problems: list[str], needed: bool, empty: bool = False) -> dict[str, tuple]:
     if raw is None:
         if needed:
             problems.append(f"{where}: missing; give the cells as axis: value (kl.estimator: k1)")
         return {}
-    if not isinstance(raw, Mapping) or not raw:
+    if not isinstance(raw, Mapping) or not (raw or empty):
         problems.append(f"{where}: {raw!r}; give a non-empty mapping of axis -> value or list of values")
         return {}
     side = {}

@@ -128,7 +128,20 @@ def _values(configs: Iterable[Config]) -> dict[str, list]:
     return values
 
 
+BASELINE = "baseline"  # the axis a side names to read a base model (sweep.baselines): b: {baseline: MODEL}
+
+
+def baseline_axes(settings: Mapping[str, Any] | Sequence[tuple[str, Any]]) -> dict[str, Any]:
+    """A baseline as the claims see it: {"baseline": its model option, and its eval.* settings}, the seed added
+    per cell. It takes every seed of the sweep (one evaluation, read against each seed's trained cell), and only a
+    side that names `baseline` selects it."""
+    pairs = dict(settings)
+    return {BASELINE: pairs.pop("model", None), **{k: tuple(v) if isinstance(v, list) else v for k, v in pairs.items()}}
+
+
 def _matches(axes: Mapping, side: Mapping[str, tuple]) -> bool:
+    if BASELINE in axes and BASELINE not in side:
+        return False
     return all(k in axes and any(same(axes[k], v) for v in wanted) for k, wanted in side.items())
 
 

@@ -321,7 +321,9 @@ def summary_lines(sweep: Sweep, plan: Plan) -> list[str]:
         f"at most {counts['gpu_hours_max']:g} GPU-hours",
         f"run dirs: {spec.output_root}/{spec.name}/<run_key>/ (config.yaml written by its job from "
         f"configs/<array>.json)",
-    ] + ([claim_rows.summary_line(sweep.claims, [(c.run_key, dict(c.axes)) for c in sweep.cells], len(spec.seeds))]
+    ] + ([claim_rows.summary_line(sweep.claims, [(c.run_key, dict(c.axes)) for c in sweep.cells]
+                                  + [(b.key, {**claim_rows.baseline_axes(b.settings), "seed": s})
+                                     for b in sweep.baselines for s in spec.seeds], len(spec.seeds))]
          if sweep.claims else []) + [f"warning: {w}; the report will mark it not computed (the file as written fits "
                                      f"it: the command line's overrides do not)" for w in sweep.claim_warnings]
 

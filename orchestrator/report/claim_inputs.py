@@ -19,11 +19,12 @@ from orchestrator.claims import files as claim_files
 from orchestrator.claims import parse as claim_spec
 from orchestrator.claims import run_measures
 from orchestrator.claims.parse import Claim
+from orchestrator.claims.rows import baseline_axes
 from orchestrator.claims.verdicts import Cell, ScoresOf
 from orchestrator.launch.ledger import Ledger
 from orchestrator.report import paper
 from orchestrator.report.histories import read_histories
-from orchestrator.status.cells import cell_rows, current_records
+from orchestrator.status.cells import cell_rows, current_records, run_dir_facts
 from record.errors import UserError
 from record.rundir import RunDir
 from record.tracking.run_names import read_manifest
@@ -65,6 +66,20 @@ def cells(rows: Sequence[Mapping], histories: Mapping[str, Mapping]) -> list[Cel
         out.append(Cell(row["run_key"], row["name"], row["axes"], paper.finished(row), bool(tasks), tasks,
                         row.get("verdict"), histories.get(row["run_key"], {})))
     return out
+
+
+def baseline_cells(records: Mapping[str, Mapping], seeds: Sequence[int]) -> tuple[list[Cell], list[dict]]:
+    """The base models as the claims read them: one cell per baseline and seed of the sweep (axes:
+    orchestrator/claims/rows.py `baseline_axes`), and their rows for `scores_reader` (each with its evaluations, read
+    from its run dir as a cell's are)."""
+    out, rows = [], []
+    for key, record in records.items():
+        facts = run_dir_facts(Path(record["run_dir"]))
+        tasks = tuple(dict.fromkeys(t for e in facts["evals"] for t in e.get("tasks") or ()))
+        axes = baseline_axes((record.get("baseline") or {}).get("settings") or {})
+        out += [Cell(key, record["name"], {**axes, "seed": s}, True, bool(tasks), tasks) for s in seeds]
+        rows.append({"run_key": key, "evals": facts["evals"]})
+    return out, rows
 
 
 def measure_histories(claims: Sequence[Claim], records: Mapping[str, Mapping],

@@ -21,6 +21,7 @@ from pathlib import Path
 from orchestrator.claims import intervals, verdicts
 from orchestrator.claims import table as claims_table
 from orchestrator.claims.verdicts import Result
+from orchestrator.launch.baseline_jobs import baseline_ledger
 from orchestrator.launch.ledger import Ledger
 from orchestrator.report import asynchronous, base_models, bias, claim_inputs, kl_response, late, missing, paper
 from orchestrator.report.histories import read_histories
@@ -70,8 +71,11 @@ def write_report(sweep: str, overrides: Sequence[str] = (), out: str | None = No
     figures = _figures(cells, data, kls, bases, where, images)
     gaps = paper.coverage(data, read_manifest(sweep_dir).get("cells", []))
     measured = claim_inputs.measure_histories(claim_list, records, histories)  # the claims' keys the curves lack
-    results = verdicts.evaluate(claim_list, claim_inputs.cells(data, measured), groups,
-                                claim_inputs.scores_reader(records, data), level, method,
+    base_records = baseline_ledger(sweep_dir).records()  # the base models, for a claim side that names one
+    base_cells, base_rows = claim_inputs.baseline_cells(base_records, sorted({r["axes"].get("seed", 0) for r in data}))
+    results = verdicts.evaluate(claim_list, claim_inputs.cells(data, measured) + base_cells, groups,
+                                claim_inputs.scores_reader({**records, **base_records}, data + base_rows), level,
+                                method,
                                 claim_inputs.other_sweeps(claim_list, sweep_dir))
     made = bias.table(configs)  # each distinct objective on the toy model: a second or two, torch included
     acting = kl_response.check([{**c, "config": configs[c["row"]["run_key"]]} for c in cells],
