@@ -15,6 +15,7 @@ import pytest
 import yaml
 from rich.console import Console
 
+from orchestrator.cli import main
 from orchestrator.launch import ledger as L
 from orchestrator.report import kl_fingerprint
 from orchestrator.report.page import render_markdown
@@ -44,7 +45,8 @@ def trained(tmp_path, overrides):
         atomic_write(run.config, yaml.safe_dump(cell.config.to_dict()))
         atomic_write(run.objective, json.dumps(objective_manifest(cell.config)))
         record = L.new_record("smoke", cell.run_key, cell.name, dict(cell.axes), run.path)
-        L.add_attempt(record, "train", "t", 1.0, job_id="1", state="COMPLETED")
+        L.add_attempt(record, "train", "t", 1.0, job_id="1", state="COMPLETED", executor="local")
+        L.Ledger(tmp_path / "smoke").save(record)
         records[cell.run_key] = record
     return sweep, records
 
@@ -85,7 +87,7 @@ def test_the_report_flags_the_planted_no_op_and_not_a_real_kl(tmp_path):
     assert not entries["k1-reward"]["flagged"] and "differs from beta = 0's" in entries["k1-reward"]["why"]
 
 
-def test_status_shows_the_flags_by_name_with_why(tmp_path):
+def test_status_shows_the_flags_by_name_with_why(tmp_path, capsys):
     _, records = trained(tmp_path, GROUP_OF_ONE)
     sweep_dir = tmp_path / "smoke"
     slope = {"check": "slope", "name": "K3 in loss [model=tiny]", "flagged": True,
@@ -98,6 +100,13 @@ def test_status_shows_the_flags_by_name_with_why(tmp_path):
     assert "k1-reward (gradient fingerprint against beta = 0's): its gradient fingerprint" in shown
     assert "K3 in loss [model=tiny] (measured KL against beta): flat across betas" in shown
     assert "k3-loss (" not in shown
+    capsys.readouterr()  # the console above printed too
+    assert main(["status", str(sweep_dir), "--json"]) == 0
+    flags = [r for r in json.loads(capsys.readouterr().out) if r.get("kl_flag")]
+    assert [(f["check"], f["name"]) for f in flags] == [("slope", "K3 in loss [model=tiny]"),
+                                                        ("fingerprint", "k1-reward")]
+    assert main(["status", str(sweep_dir)]) == 0
+    assert "k1-reward (gradient fingerprint against beta = 0's)" in capsys.readouterr().out
 
 
 def test_status_checks_the_recorded_fingerprints_against_the_beta_0_cells_itself(tmp_path):
