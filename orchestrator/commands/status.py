@@ -38,7 +38,10 @@ nothing; the line under the tables sums them). A sweep with baselines (sweep.bas
 once) shows them in a table of their own: model, chat template, state, each task's mean@k; in --json they
 follow the cells, each with "baseline": true; their jobs are asked in the same one sacct. On Slurm, --json ends
 with the watcher job's entry ("watcher": true: job_id, following, state, partition, last_poll, polls, ended,
-and "said", the line the table prints)."""
+and "said", the line the table prints). Below the tables, each configuration flagged as a KL term that does
+nothing, by name with why: the latest `orchestrate report`'s checks (its measured KL flat across betas or against
+the bias table's prediction; its gradient fingerprint equal to beta = 0's) and the fingerprints the cells recorded
+against their context's beta = 0 cells', checked now; in --json, one entry each with "kl_flag": true."""
 
 
 def register(subparsers) -> None:

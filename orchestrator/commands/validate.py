@@ -13,7 +13,7 @@ from orchestrator.launch.materialise import owner_problem
 from orchestrator.launch.plan import make_plan, summary_lines
 from orchestrator.preflight.limit import slurm_limit_line
 from orchestrator.sweep.expand import load_sweep
-from orchestrator.sweep.knobs import dead_knobs
+from orchestrator.sweep.knobs import dead_knobs, inert_kl
 from orchestrator.sweep.resource_plan import plan_report
 
 EXAMPLES = """examples:
@@ -31,7 +31,8 @@ through the trainer's own loss: its exact expected gradient, squared bias agains
 gradient and the token-level one, its sampled variance and a verdict (docs/trainer.md "The bias table"); --no-bias
 skips it (it imports torch: a few seconds). With it, an axis of the objective whose values give one gradient
 wherever it varies (trainer/objective/fingerprint.py: beta when both beta_reward and beta_loss are set, ...) is
-named as a warning: cells that differ only there are one experiment.
+named as a warning: cells that differ only there are one experiment; so is a configuration whose KL term (beta > 0)
+gives the gradient fingerprint of its own settings at beta = 0: its coefficient never reaches the gradient.
 Exit status: 0 valid, 2 invalid (every problem listed with its key path, bad value and valid choices)."""
 
 
@@ -64,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         print_bias_table(out, sweep)
         for knob in dead_knobs(sweep):  # the same torch import as the table's
             out.print(f"[yellow]warning: {knob.line()}[/yellow]", soft_wrap=True)
+        for inert in inert_kl(sweep):  # a KL term whose beta never reaches the gradient, before it is submitted
+            out.print(f"[yellow]warning: {inert.line()}[/yellow]", soft_wrap=True)
     for problem in problems:
         out.print(f"[red]{problem}[/red]", soft_wrap=True)
     return 2 if problems else 0

@@ -61,8 +61,9 @@ def directions(configs: Mapping[str, Mapping]) -> Callable[[Mapping], str]:
 
 
 def check(cells: Sequence[Mapping], direction: Callable[[Mapping], str], level: float = 0.95) -> list[dict]:
-    """One entry per configuration with a KL term and context: {"name", "direction", "n", "betas", "slope", "low",
-    "high", "flagged", "why"}. cells: {"row" (axes, name), "kl" (paper.kl_settings), "history", "config" (flat)}."""
+    """One entry per configuration with a KL term and context: {"check": "slope", "name", "direction", "n",
+    "betas", "slope", "low", "high", "flagged", "why"}. cells: {"row" (axes, name), "kl" (paper.kl_settings),
+    "history", "config" (flat)}."""
     groups: dict[tuple, list] = {}
     refs: dict[tuple, list] = {}
     for c in cells:
@@ -80,7 +81,7 @@ def check(cells: Sequence[Mapping], direction: Callable[[Mapping], str], level: 
         points = [(float(c["kl"]["beta"] or 0.0), v) for c, v in members] + refs.get(ctx, [])
         name = _name(first, ctx)
         predicted = direction(first["config"])
-        entry = {"name": name, "direction": predicted, "n": len(points),
+        entry = {"check": "slope", "name": name, "direction": predicted, "n": len(points),
                  "betas": sorted({b for b, _ in points}), "slope": math.nan, "low": math.nan, "high": math.nan}
         if len(entry["betas"]) < 2 or len(points) < 3:
             out.append({**entry, "flagged": False, "why": "too few cells: two betas and three cells are needed"})

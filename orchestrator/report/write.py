@@ -7,7 +7,7 @@ returns and then logs the files to the sweep's parent MLflow run (`log_to_parent
 The document's order: the title and what it covers, the Claims table, the cells missing, the evaluations' and
 gradients' splits, Table 1's behaviour, the end of training, the curves, the final mean@k (orchestrator/report/
 paper.py `document`), then the base models, Figure 7, the bias table and whether each KL term acts
-(orchestrator/report/kl_response.py).
+(orchestrator/report/kl_response.py) and reaches the gradient (kl_fingerprint.py).
 """
 
 from __future__ import annotations
@@ -23,9 +23,20 @@ from orchestrator.claims import table as claims_table
 from orchestrator.claims.verdicts import Result
 from orchestrator.launch.baseline_jobs import baseline_ledger
 from orchestrator.launch.ledger import Ledger
-from orchestrator.report import asynchronous, base_models, bias, claim_inputs, kl_response, late, missing, paper
+from orchestrator.report import (
+    asynchronous,
+    base_models,
+    bias,
+    claim_inputs,
+    kl_fingerprint,
+    kl_response,
+    late,
+    missing,
+    paper,
+)
 from orchestrator.report.histories import read_histories
 from orchestrator.report.page import render_html, render_markdown
+from orchestrator.status import kl_flags
 from orchestrator.status.baseline_rows import baseline_rows, current_baselines
 from orchestrator.status.cells import cell_rows, current_records, run_config
 from orchestrator.sweep.locate import sweep_dir_of
@@ -80,11 +91,13 @@ def write_report(sweep: str, overrides: Sequence[str] = (), out: str | None = No
     made = bias.table(configs)  # each distinct objective on the toy model: a second or two, torch included
     acting = kl_response.check([{**c, "config": configs[c["row"]["run_key"]]} for c in cells],
                                kl_response.directions(configs), level)  # a KL term that does nothing, flagged
+    reaching = kl_fingerprint.check(data, configs)  # and one whose fingerprint is beta = 0's
+    kl_flags.save(sweep_dir, [*acting, *reaching])  # what status shows of both
     blocks = paper.document(sweep_dir.name, data, kls, gaps, figures, notes, everything, missing.FILE,
                             claims=claims_table.blocks(results, level, method),
                             late=late.blocks(late.late_values([c for c in cells if paper.finished(c["row"])])))
     blocks += base_models.blocks(bases) + asynchronous.blocks(figures["async"]) + bias.blocks(made)
-    blocks += kl_response.blocks(acting, level)
+    blocks += kl_response.blocks(acting, level) + kl_fingerprint.blocks(reaching)
     texts = {missing.FILE: missing.tsv(gaps),  # every row, whatever the document shows
              "claims.csv": claims_table.to_csv(results), "claims.json": claims_table.to_json(results, level, method),
              "report.md": render_markdown(blocks),
@@ -95,6 +108,7 @@ def write_report(sweep: str, overrides: Sequence[str] = (), out: str | None = No
     for name, text in texts.items():
         (where / name).write_text(text, encoding="utf-8")
     lines = _lines(sweep_dir.name, data, images, where, gaps, everything, made, results) + kl_response.lines(acting)
+    lines += kl_fingerprint.lines(reaching)
     return Written(where, tuple(where / n for n in ("report.html", "report.md", *claims_table.FILES, *images)),
                    tuple(Path(r["run_dir"]) for r in records.values()), tuple(results), tuple(lines),
                    tuple(f"warning: {note}" for note in notes if "unreachable" in note))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from orchestrator.cluster.query import available
 from orchestrator.launch.ledger import settled
-from orchestrator.status import watcher_info
+from orchestrator.status import kl_flags, watcher_info
 from orchestrator.status.baseline_rows import baseline_ids, baseline_rows, current_baselines
 from orchestrator.status.cells import cell_rows, current_state, on_slurm
 
@@ -29,6 +29,10 @@ def read(sweep_dir: Path) -> tuple[dict[str, dict], dict | None, dict[str, dict]
 
 def all_rows(sweep_dir: Path) -> list[dict]:
     """What `status --json` prints: the cells' rows, then the baselines' (each with "baseline": true), then the
-    watcher's (with "watcher": true; a sweep on Slurm only), with the line the table prints in "said"."""
+    watcher's (with "watcher": true; a sweep on Slurm only), with the line the table prints in "said", then each
+    configuration flagged as a KL term that does nothing (with "kl_flag": true: check, name, why;
+    orchestrator/status/kl_flags.py)."""
     records, follower, bases = read(sweep_dir)
-    return cell_rows(records) + baseline_rows(bases) + ([follower] if follower else [])
+    cells = cell_rows(records)
+    flags = [{"kl_flag": True, **e} for e in kl_flags.flagged(sweep_dir, cells)]
+    return cells + baseline_rows(bases) + ([follower] if follower else []) + flags

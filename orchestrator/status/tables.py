@@ -11,7 +11,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.status import outcomes
+from orchestrator.status import kl_flags, outcomes
 from orchestrator.status.baseline_rows import baseline_rows
 from orchestrator.status.cells import cell_rows
 from orchestrator.status.current import read
@@ -127,7 +127,10 @@ def render(sweep_dir: Path, width: int, records: dict[str, dict] | None = None, 
         cells = [digest(sweep_dir.name, data, width, lambda rows: table(sweep_dir, rows, width))]
     settings = [f"{line} ({n} cell(s))" for line, n in outcomes.evaluation_settings(data)]
     splits = outcomes.split_lines(outcomes.split_objectives(data))
+    inert = kl_flags.lines(kl_flags.flagged(sweep_dir, data))
     return Group(*cells,
+                 *([Text("KL terms flagged as doing nothing (the latest report's checks and the fingerprints the cells "
+                         "recorded):\n  " + "\n  ".join(inert), style="bold red")] if inert else []),
                  *([Text("cells of one configuration trained under different gradients (the code changed between "
                          "launches; `orchestrate sweep ... --rerun-changed` trains the old ones again):\n  "
                          + "\n  ".join(splits), style="bold red")] if splits else []),

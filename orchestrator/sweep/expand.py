@@ -27,6 +27,7 @@ from orchestrator.claims import files as claim_files
 from orchestrator.claims import rows as claim_rows
 from orchestrator.claims.parse import Claim
 from orchestrator.cluster.profile import SlurmProfile, SlurmResources, load_profile, resource_problems
+from orchestrator.sweep import library_axis
 from orchestrator.sweep.baselines import Baseline, expand_baselines
 from orchestrator.sweep.compose import Composer, parse_overrides, read_yaml, search_dirs
 from orchestrator.sweep.config_tree import (
@@ -185,7 +186,10 @@ def _classify(cli: list[Override], spec: SweepSpec, dirs: list[Path], problems: 
             problems.append(f"override {o.input_line!r}: a cell's seed comes from sweep.seeds; write "
                             f"sweep.seeds=[0,1,2] instead")
             continue
-        if o.is_sweep_override() or (key in axis_keys and not o.is_delete()):
+        if key == library_axis.KEY:  # one library setting (its options are comma-separated: not Hydra's sweep syntax)
+            queries = library_axis.values(o.value(), f"override {o.input_line!r}", problems)
+            axes += [Axis(key, queries, o.input_line)] if queries else []
+        elif o.is_sweep_override() or (key in axis_keys and not o.is_delete()):
             axis = parse_override_values(o.input_line.lstrip("+"), f"override {o.input_line!r}", problems)
             axes += [axis] if axis is not None else []
         elif _is_group(key, dirs) and not o.is_delete():
@@ -204,6 +208,8 @@ def _expand(spec: SweepSpec, bases: _Bases, group_keys: set[str], profile: Slurm
     cells: dict[str, Cell] = {}
     built: dict = {}  # section dicts the cells share, built once (RunConfig.from_dict)
     raw_index = duplicates = 0
+    for i, block in enumerate(spec.grid):
+        problems += library_axis.clashes([a.key for a in (*spec.axes, *block)], f"sweep.grid[{i}]")
     for block in spec.grid:
         axes = (*spec.axes, *block)
         for values in itertools.product(*(a.values for a in axes)):
@@ -214,7 +220,7 @@ def _expand(spec: SweepSpec, bases: _Bases, group_keys: set[str], profile: Slurm
                 cell_axes = (*chosen, ("seed", seed))
                 label = (raw_index, cell_axes)
                 raw_index += 1
-                edits = [(k, v) for k, v in cell_axes if k not in group_keys]
+                edits = library_axis.expand((k, v) for k, v in cell_axes if k not in group_keys)
                 if isinstance(base, str):
                     failures.setdefault(base, []).append(label)
                     _edit_problems(bases, edits, label, failures)

@@ -5,6 +5,11 @@ under `placement: none`, an estimator under a placement that never reads it, a c
 gradient changes is decided by the trainer's own loss path on a fixed probe (trainer/objective/fingerprint.py), so only
 axes of the objective (`kl.*`, `algorithm.*`) are judged here, less the thresholds (UNJUDGED); the rest of a cell (the
 model, the optimiser, the data) is outside what the fingerprint sees.
+
+An inert KL (issue 57) is the same question asked of one cell: a KL term with beta > 0 whose fingerprint equals that
+of its own settings at beta = 0 (`zero_beta`) does nothing to the gradient, whatever its coefficient (a KL in the
+reward under a group of one, centred away by the baseline). `orchestrate validate` names each such configuration
+before anything is submitted; the report asks the same of what each cell recorded.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.sweep.expand import Sweep
-from record.display import format_value
+from record.display import cell_name, format_value
+from trainer.objective.settings import AlgorithmConfig, KLConfig
 
 JUDGED = ("kl.", "algorithm.")
 # Thresholds whose effect depends on the magnitudes a run meets (log-ratios, importance ratios, reward spreads): the
@@ -68,3 +74,47 @@ def dead_knobs(sweep: Sweep) -> list[DeadKnob]:
                         if tuple((k, format_value(v)) for k, v in c.axes if k not in (axis, "seed")) in dead)
             out.append(DeadKnob(axis, tuple(values), len(varied), len(dead), cells))
     return out
+
+
+def zero_beta(kl: KLConfig) -> KLConfig:
+    """The same KL settings at beta = 0. KLConfig spells beta 0 as placement none (one spelling per run), so it is
+    that, with the estimator and the clamp kept; the reward's credit and the loss's form have nothing left to shape."""
+    return KLConfig(estimator=kl.estimator, placement="none", clamp=kl.clamp)
+
+
+def zero_hash(kl: KLConfig, algo: AlgorithmConfig) -> str:
+    """The fingerprint hash (trainer/objective/fingerprint.py) of `kl` at beta = 0, with `algo`."""
+    from trainer.objective.fingerprint import fingerprint  # noqa: PLC0415 (torch: only validate and report ask)
+
+    return fingerprint(zero_beta(kl), algo)["hash"]
+
+
+@dataclass(frozen=True)
+class InertKL:
+    name: str  # the configuration: the cells' name without the seed
+    hash: str  # its fingerprint, the same as at beta = 0
+    cells: int
+
+    def line(self) -> str:
+        return (f"{self.name}: the KL term does nothing: its gradient fingerprint {self.hash} equals the same "
+                f"settings' at beta = 0 ({self.cells} cells; trainer/objective/fingerprint.py): its coefficient "
+                f"never reaches the gradient")
+
+
+def inert_kl(sweep: Sweep) -> list[InertKL]:
+    """Each configuration with a KL term (beta > 0) whose fingerprint equals its settings' at beta = 0."""
+    from trainer.objective.fingerprint import fingerprint  # noqa: PLC0415 (torch: only validate asks)
+
+    verdicts: dict[tuple, str | None] = {}
+    found: dict[str, list] = {}
+    for cell in sweep.cells:
+        kl, algo = cell.config.kl, cell.config.algorithm
+        if kl.placement == "none":
+            continue
+        if (kl, algo) not in verdicts:
+            mine = fingerprint(kl, algo)["hash"]
+            verdicts[(kl, algo)] = mine if mine == zero_hash(kl, algo) else None
+        if verdicts[(kl, algo)] is not None:
+            name = cell_name(tuple((k, v) for k, v in cell.axes if k != "seed")) or "all"
+            found.setdefault(name, [verdicts[(kl, algo)], 0])[1] += 1
+    return [InertKL(name, h, n) for name, (h, n) in sorted(found.items())]

@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from eval import local_data, taskfiles
 from eval.shard_plan import plan as plan_shards
+from orchestrator.sweep import library_axis
 from orchestrator.sweep.job_start import job_start_report
 from orchestrator.sweep.rollout_share import source
 from trainer.analysis.memory_plan import EvalPlan, MemoryPlan, eval_plan, plan
@@ -68,7 +69,11 @@ def _eval_plan(c, profile, memo: dict) -> EvalPlan | None:
 
 def plan_report(sweep) -> tuple[list[str], list[str]]:
     """The lines to print (training, then evaluation) and the problems: one line each, with its fix."""
-    lines, problems = share_lines(sweep), []
+    # first, the library settings the sweep names as the keys they expand to: the one report validate and the dry
+    # run both print (orchestrator/sweep/library_axis.py)
+    queries = [v for a in (*sweep.spec.axes, *(a for b in sweep.spec.grid for a in b)) if a.key == library_axis.KEY
+               for v in a.values]
+    lines, problems = library_axis.lines(queries) + share_lines(sweep), []
     for planned in [*memory_plans(sweep), *eval_plans(sweep)]:
         lines += planned.lines()
         problems += [planned.problem()] if planned.problem() else []

@@ -17,6 +17,7 @@ from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 
 from orchestrator.cluster import sbatch_values as sv
+from orchestrator.sweep import library_axis
 from orchestrator.sweep.baselines import BaselineEntry, parse_baselines
 from record.errors import raise_if
 
@@ -50,6 +51,9 @@ def parse_axis(key: Any, raw: Any, path: str, problems: list[str]) -> Axis | Non
     if key == "seed" or key.split(".")[0] in ("sweep", "hydra"):
         problems.append(f"{where}: cannot be an axis; set seeds with sweep.seeds and the header with sweep.*")
         return None
+    if key == library_axis.KEY:  # library settings, as `orchestrate bias --library` takes them (not Hydra syntax)
+        queries = library_axis.values(raw, where, problems)
+        return None if queries is None else Axis(key, queries, str(raw))
     if isinstance(raw, (list, dict)):
         problems.append(f"{where}: {raw!r} is a YAML {type(raw).__name__}; write the values in Hydra's sweep "
                         f"syntax as a string (\"a,b\", \"range(0,3)\", \"choice(a,b)\"), or one list value "

@@ -22,6 +22,17 @@ def test_the_shipped_map_loads_and_covers_the_libraries():
         assert s.kl is not None or s.gap  # no equal here: the row says what is missing
 
 
+def test_the_rows_read_from_code_say_where():
+    """ROLL's, slime's and NeMo-RL's rows were checked against each library's code at a commit: repository@commit,
+    then a file with its lines."""
+    m = lm.load()
+    for s in m.settings:
+        if s.library in ("ROLL", "slime", "NeMo-RL"):
+            repo = m.libraries[s.library]["repo"]
+            assert s.verified.startswith(f"{repo}@"), (s.label(), s.verified)
+            assert ".py:" in s.verified, (s.label(), s.verified)
+
+
 def test_every_equal_is_a_valid_run_config():
     for s in lm.load().settings:
         if s.kl is not None:

@@ -27,7 +27,7 @@ MATCHES = {
     "nearest": "the closest configuration here; its gap says what differs",
 }
 REQUIRED = ("library", "options", "coefficient", "equals", "match", "source")
-OPTIONAL = ("default", "gap", "until")
+OPTIONAL = ("default", "gap", "until", "verified")
 # What a configuration is compared on, beta left out (the library's coefficient is kl.beta) and the clamp too: a
 # row whose clamp differs still names the setting, with its clamp shown (`Setting.label`).
 _COMPARED = ("estimator", "placement", "loss_form", "credit")
@@ -67,6 +67,7 @@ class Setting:
     default: str = ""
     gap: str = ""
     until: str = ""
+    verified: str = ""  # where the row was checked against the library's code (repository@commit file:lines)
 
     @property
     def kl(self) -> KLConfig | None:
