@@ -3,6 +3,8 @@ with every problem kept, a sweep's grid as the ledger keeps its axes, and the ce
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 
 from orchestrator.claims import parse as spec
@@ -43,7 +45,8 @@ def scores_for(means: dict[str, float], problems=40, k=4, seed=0):
     hardness = rng.normal(0, 0.2, problems)
     table = {}
     for key, p in means.items():
-        rng_cell = np.random.default_rng(abs(hash(key)) % 2**32)
+        # crc32, not hash(): str hashes change with every interpreter, and so would the scores
+        rng_cell = np.random.default_rng(zlib.crc32(key.encode()))
         probs = np.clip(p + hardness, 0.02, 0.98)
         table[key] = {str(i): list((rng_cell.random(k) < probs[i]).astype(float)) for i in range(problems)}
 
